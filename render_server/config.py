@@ -1,0 +1,130 @@
+"""Typed configuration: the one place the CLI, environment variables and tests go through."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ENV_PREFIX = "RENDER_SERVER_"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+RendererName = Literal["cpu"]
+EncoderName = Literal["x264"]
+RENDERERS: tuple[RendererName, ...] = ("cpu",)
+ENCODERS: tuple[EncoderName, ...] = ("x264",)
+
+# H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
+MIN_SIDE, MAX_WIDTH, MAX_HEIGHT = 64, 7680, 4320
+MAX_FPS = 240
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used, with a message for the operator."""
+
+
+@dataclass(frozen=True, order=True)
+class Resolution:
+    width: int
+    height: int
+
+    def __post_init__(self) -> None:
+        if not (MIN_SIDE <= self.width <= MAX_WIDTH and MIN_SIDE <= self.height <= MAX_HEIGHT):
+            raise ConfigError(
+                f"resolution {self.width}x{self.height} is outside "
+                f"{MIN_SIDE}x{MIN_SIDE}..{MAX_WIDTH}x{MAX_HEIGHT}"
+            )
+        if self.width % 2 or self.height % 2:
+            raise ConfigError(f"resolution {self.width}x{self.height} must have even sides (4:2:0)")
+
+    @classmethod
+    def parse(cls, text: str) -> Resolution:
+        match = re.fullmatch(r"\s*(\d{2,5})\s*[xX×]\s*(\d{2,5})\s*", text)
+        if not match:
+            raise ConfigError(f"resolution {text!r} is not WIDTHxHEIGHT, e.g. 1280x720")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+def default_bitrate(resolution: Resolution, fps: float) -> int:
+    """Bits per second for a resolution and frame rate.
+
+    About 0.1 bit per pixel per frame at 30 fps, growing with the square root of the frame rate
+    (motion between close frames is cheaper); clamped to what a LAN and a browser decoder handle.
+    """
+    bits = 0.1 * resolution.pixels * 30.0 * (fps / 30.0) ** 0.5
+    return int(min(max(bits, 1_000_000), 60_000_000))
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What every session of a worker renders and sends."""
+
+    resolution: Resolution = Resolution(1280, 720)
+    fps: float = 30.0
+    bitrate: int | None = None  # None: default_bitrate(resolution, fps)
+    renderer: RendererName = "cpu"
+    encoder: EncoderName = "x264"
+    animate: bool = False
+    keyframe_min_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not (1.0 <= self.fps <= MAX_FPS):
+            raise ConfigError(f"fps {self.fps} is outside 1..{MAX_FPS}")
+        if self.bitrate is not None and not (100_000 <= self.bitrate <= 200_000_000):
+            raise ConfigError(f"bitrate {self.bitrate} is outside 100 kbit/s..200 Mbit/s")
+        if self.renderer not in RENDERERS:
+            raise ConfigError(f"renderer {self.renderer!r} is not one of {', '.join(RENDERERS)}")
+        if self.encoder not in ENCODERS:
+            raise ConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
+
+    @property
+    def target_bitrate(self) -> int:
+        return (
+            self.bitrate if self.bitrate is not None else default_bitrate(self.resolution, self.fps)
+        )
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """`render-server serve`: signaling, the client pages and one embedded worker."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    scene: Path | None = None  # None: the built-in default scene
+    max_scene_triangles: int = 2_000_000
+    max_scene_bytes: int = 256 * 1024 * 1024
+    slots: int = 2
+    allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
+    ice_servers: tuple[str, ...] = ()  # stun:/turn: URLs handed to both peers
+    client_dir: Path = REPO_ROOT / "client"
+    log_format: Literal["text", "json"] = "text"
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.port <= 65535):
+            raise ConfigError(f"port {self.port} is outside 0..65535")
+        if not (1 <= self.slots <= 64):
+            raise ConfigError(f"slots {self.slots} is outside 1..64")
+        for origin in self.allowed_origins:
+            if not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ConfigError(f"allowed origin {origin!r} is not scheme://host[:port]")
+        for url in self.ice_servers:
+            if not re.fullmatch(r"(stun|stuns|turn|turns):\S+", url):
+                raise ConfigError(f"ICE server {url!r} is not a stun:/turn: URL")
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of RENDER_SERVER_<NAME>, or None."""
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_PREFIX + name.upper())
+    return value if value not in (None, "") else None

@@ -1,0 +1,45 @@
+"""Prometheus metrics of one server process, on a registry of its own (tests run many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages = Counter(
+            "signaling_messages", "Signaling messages accepted, by type", ["type"], registry=r
+        )
+        self.rejected = Counter(
+            "signaling_rejected",
+            "Signaling messages and connections rejected, by error code",
+            ["code"],
+            registry=r,
+        )
+        self.connections = Gauge("signaling_connections", "Open signaling sockets", registry=r)
+        self.sessions_started = Counter("sessions_started", "Sessions started", registry=r)
+        self.sessions_ended = Counter(
+            "sessions_ended", "Sessions ended, by reason", ["reason"], registry=r
+        )
+        self.sessions_active = Gauge("sessions_active", "Sessions in progress", registry=r)
+        self.slots_total = Gauge("worker_slots", "Worker slots registered", registry=r)
+        self.slots_free = Gauge("worker_slots_free", "Worker slots free", registry=r)
+        self.frames = Counter("worker_frames_encoded", "Frames encoded and sent", registry=r)
+        self.frame_bytes = Counter("worker_frame_bytes", "Encoded bytes sent", registry=r)
+        self.keyframes = Counter(
+            "worker_keyframes", "Keyframes encoded, by reason", ["reason"], registry=r
+        )
+        self.input_events = Counter(
+            "worker_input_events", "Input events applied, by type", ["type"], registry=r
+        )
+        self.input_rejected = Counter(
+            "worker_input_rejected", "Input messages rejected, by error code", ["code"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
