@@ -1,0 +1,54 @@
+import pytest
+
+from render_server.cli import build_parser, serve_config
+from render_server.config import (
+    ConfigError,
+    Resolution,
+    ServerConfig,
+    StreamConfig,
+    default_bitrate,
+)
+
+
+def test_resolution_parsing() -> None:
+    assert Resolution.parse("1280x720") == Resolution(1280, 720)
+    assert Resolution.parse(" 1920 X 1080 ") == Resolution(1920, 1080)
+    for bad in ("1280", "axb", "1281x720", "10x10", "100000x100", "-2x4"):
+        with pytest.raises(ConfigError):
+            Resolution.parse(bad)
+
+
+def test_default_bitrate_grows_with_size_and_rate() -> None:
+    r720, r1080, r4k = Resolution(1280, 720), Resolution(1920, 1080), Resolution(3840, 2160)
+    assert 2_000_000 < default_bitrate(r720, 30) < 4_000_000
+    assert default_bitrate(r720, 30) < default_bitrate(r1080, 30) < default_bitrate(r4k, 30)
+    assert default_bitrate(r1080, 30) < default_bitrate(r1080, 60)
+    assert default_bitrate(Resolution(64, 64), 1) == 1_000_000
+
+
+def test_invalid_values_are_errors() -> None:
+    with pytest.raises(ConfigError):
+        StreamConfig(fps=0)
+    with pytest.raises(ConfigError):
+        StreamConfig(renderer="cuda")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        ServerConfig(slots=0)
+    with pytest.raises(ConfigError):
+        ServerConfig(allowed_origins=("example.com",))
+    with pytest.raises(ConfigError):
+        ServerConfig(ice_servers=("http://x",))
+
+
+def test_cli_and_environment_go_through_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RENDER_SERVER_PORT", "9001")
+    monkeypatch.setenv("RENDER_SERVER_RESOLUTION", "640x360")
+    args = build_parser().parse_args(
+        ["serve", "--fps", "60", "--allow-origin", "https://app.example/"]
+    )
+    config = serve_config(args)
+    assert config.port == 9001  # from the environment
+    assert config.stream.resolution == Resolution(640, 360)
+    assert config.stream.fps == 60  # from the flag
+    assert config.allowed_origins == ("https://app.example",)
+    args = build_parser().parse_args(["serve", "--port", "9002"])
+    assert serve_config(args).port == 9002  # the flag wins over the environment
