@@ -1,0 +1,21 @@
+"""The encoder stage: one picture in, one compressed access unit out."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import av
+
+
+class Encoder(Protocol):
+    """Encodes pictures of one fixed size; output packets carry pts in 1/90000 s."""
+
+    codec: str  # the RTP codec name, e.g. "H264"
+    width: int
+    height: int
+
+    def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> av.Packet | None:
+        """One access unit for `frame` (None only while an encoder is still filling a delay)."""
+        ...
+
+    def close(self) -> None: ...

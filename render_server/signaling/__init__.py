@@ -1,0 +1,1 @@
+"""The signaling server: pairs browsers with worker slots and relays their negotiation."""

@@ -1,0 +1,157 @@
+"""A Python viewer: asks the signaling server for a session and receives the stream with aiortc.
+
+Used by the tests and, later, by measurement and load tools. Frames arrive decoded by aiortc's
+receiver (which holds each frame until the next one starts: fine for checking the picture, not
+for latency figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import aiohttp
+import av
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from .signaling.messages import PROTOCOL_VERSION
+
+
+class ViewerError(RuntimeError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Viewer:
+    def __init__(self, url: str, frame_queue: int = 8) -> None:
+        self.url = url
+        self.session_info: dict[str, Any] = {}
+        self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
+        self.errors: list[dict[str, Any]] = []  # error messages from signaling and the worker
+        self.ended: asyncio.Future[str] | None = None
+        self.pc: RTCPeerConnection | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._answer: asyncio.Future[str] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._channel_open = asyncio.Event()
+
+    async def start(self, timeout: float = 15.0) -> dict[str, Any]:
+        """Start a session and negotiate; returns the `session.started` message."""
+        loop = asyncio.get_running_loop()
+        self.ended = loop.create_future()
+        self._answer = loop.create_future()
+        self._http = aiohttp.ClientSession()
+        self._ws = await self._http.ws_connect(self.url)
+        started: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._tasks.append(asyncio.create_task(self._read_signaling(started)))
+        await self._send({"type": "session.start"})
+        self.session_info = await asyncio.wait_for(started, timeout)
+
+        ice = [RTCIceServer(urls=s["urls"]) for s in self.session_info.get("iceServers", [])]
+        self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        pc.addTransceiver("video", direction="recvonly")
+        self.input = pc.createDataChannel("input")
+        self.input.on("open", self._channel_open.set)
+        self.input.on("message", self._on_worker_message)
+        pc.on("track", self._on_track)
+        await pc.setLocalDescription(await pc.createOffer())
+        await self._send({"type": "offer", "sdp": pc.localDescription.sdp})
+        answer = await asyncio.wait_for(self._answer, timeout)
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        return self.session_info
+
+    async def next_frame(self, timeout: float = 10.0) -> av.VideoFrame:
+        return await asyncio.wait_for(self.frames.get(), timeout)
+
+    async def latest_frame(self, settle: float = 0.3, timeout: float = 10.0) -> av.VideoFrame:
+        """The newest frame after `settle` seconds: what the picture looks like now."""
+        await asyncio.sleep(settle)
+        frame = await self.next_frame(timeout)
+        while not self.frames.empty():
+            frame = self.frames.get_nowait()
+        return frame
+
+    async def send_input(self, event: dict[str, Any]) -> None:
+        await asyncio.wait_for(self._channel_open.wait(), 10.0)
+        self.input.send(json.dumps(event))
+
+    async def send_raw_input(self, data: str) -> None:
+        await asyncio.wait_for(self._channel_open.wait(), 10.0)
+        self.input.send(data)
+
+    async def request_keyframe(self) -> None:
+        """Send a real RTCP PLI for the video stream, as a browser does after loss."""
+        assert self.pc is not None
+        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.kind == "video")
+        ssrcs = [s.source for s in receiver.getSynchronizationSources()]
+        if not ssrcs:
+            raise RuntimeError("no video packet received yet: nothing to ask a keyframe of")
+        await receiver._send_rtcp_pli(ssrcs[0])
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._send({"type": "session.end"})
+        for task in self._tasks:
+            task.cancel()
+        if self.pc is not None:
+            await self.pc.close()
+        if self._ws is not None:
+            await self._ws.close()
+        if self._http is not None:
+            await self._http.close()
+
+    async def __aenter__(self) -> Viewer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
+
+    async def _read_signaling(self, started: asyncio.Future[dict[str, Any]]) -> None:
+        assert self._ws is not None and self.ended is not None and self._answer is not None
+        async for msg in self._ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            message = json.loads(msg.data)
+            kind = message.get("type")
+            if kind == "session.started" and not started.done():
+                started.set_result(message)
+            elif kind == "answer" and not self._answer.done():
+                self._answer.set_result(message["sdp"])
+            elif kind == "session.ended" and not self.ended.done():
+                self.ended.set_result(message["reason"])
+            elif kind == "error":
+                self.errors.append(message)
+                error = ViewerError(message["code"], message["message"])
+                for waiter in (started, self._answer):
+                    if not waiter.done():
+                        waiter.set_exception(error)
+                        break
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        self._tasks.append(asyncio.create_task(self._read_frames(track)))
+
+    async def _read_frames(self, track: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                if self.frames.full():  # keep the newest frames, never block the receiver
+                    self.frames.get_nowait()
+                self.frames.put_nowait(frame)  # type: ignore[arg-type]
+
+    def _on_worker_message(self, data: str | bytes) -> None:
+        with contextlib.suppress(ValueError):
+            message = json.loads(data)
+            if isinstance(message, dict) and message.get("type") == "error":
+                self.errors.append(message)

@@ -1,0 +1,1 @@
+"""The worker: sessions that render, encode and stream to one browser each."""

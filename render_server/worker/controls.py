@@ -1,0 +1,104 @@
+"""Input events → orbit camera: drag orbits, wheel zooms, right/shift drag pans, keys move."""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from ..render.camera import OrbitCamera
+from .input_events import (
+    BlurEvent,
+    InputEvent,
+    KeyEvent,
+    PointerEvent,
+    TouchEvent,
+    TouchPoint,
+    WheelEvent,
+)
+
+ORBIT_PER_HEIGHT: Final = math.pi  # a drag across the whole view height turns 180°
+ZOOM_PER_PIXEL: Final = 0.0015  # wheel: 100 px (one notch) zooms by about 16 %
+MOVE_SPEED: Final = 0.8  # keys: target distances per second
+ANIMATE_YAW_PER_S: Final = 0.35
+
+# KeyboardEvent.code → (forward, right, up)
+MOVE_KEYS: Final[dict[str, tuple[int, int, int]]] = {
+    "KeyW": (1, 0, 0),
+    "ArrowUp": (1, 0, 0),
+    "KeyS": (-1, 0, 0),
+    "ArrowDown": (-1, 0, 0),
+    "KeyA": (0, -1, 0),
+    "ArrowLeft": (0, -1, 0),
+    "KeyD": (0, 1, 0),
+    "ArrowRight": (0, 1, 0),
+    "KeyE": (0, 0, 1),
+    "PageUp": (0, 0, 1),
+    "KeyQ": (0, 0, -1),
+    "PageDown": (0, 0, -1),
+}
+
+
+class CameraController:
+    """Owns the session's camera; events arrive on the event loop, frames take snapshots."""
+
+    def __init__(self, camera: OrbitCamera, animate: bool = False) -> None:
+        self.camera = camera
+        self.animate = animate
+        self._keys: set[str] = set()
+        self._touches: dict[int, TouchPoint] = {}
+
+    def apply(self, event: InputEvent) -> None:
+        if isinstance(event, PointerEvent):
+            self._pointer(event)
+        elif isinstance(event, WheelEvent):
+            self.camera.zoom(math.exp(event.dy * ZOOM_PER_PIXEL))
+        elif isinstance(event, KeyEvent):
+            if event.code in MOVE_KEYS:
+                (self._keys.add if event.action == "down" else self._keys.discard)(event.code)
+        elif isinstance(event, TouchEvent):
+            self._touch(event)
+        elif isinstance(event, BlurEvent):
+            self._keys.clear()
+            self._touches.clear()
+
+    def tick(self, dt: float) -> None:
+        """Advance held keys and animation by `dt` seconds (called once per frame)."""
+        dt = min(max(dt, 0.0), 0.25)  # a stalled frame must not teleport the camera
+        if self._keys:
+            f = sum(MOVE_KEYS[k][0] for k in self._keys)
+            r = sum(MOVE_KEYS[k][1] for k in self._keys)
+            u = sum(MOVE_KEYS[k][2] for k in self._keys)
+            step = MOVE_SPEED * self.camera.distance * dt
+            self.camera.move(f * step, r * step, u * step)
+        if self.animate:
+            self.camera.orbit(ANIMATE_YAW_PER_S * dt, 0.0)
+
+    def snapshot(self) -> OrbitCamera:
+        return self.camera.copy()
+
+    def _pointer(self, event: PointerEvent) -> None:
+        if event.action != "move" or not event.buttons or (event.dx == 0 and event.dy == 0):
+            return
+        if event.buttons & (2 | 4) or (event.buttons & 1 and event.shift):
+            self.camera.pan(-event.dx, event.dy)
+        elif event.buttons & 1:
+            self.camera.orbit(-event.dx * ORBIT_PER_HEIGHT, event.dy * ORBIT_PER_HEIGHT)
+
+    def _touch(self, event: TouchEvent) -> None:
+        now = {t.id: t for t in event.touches}
+        before = self._touches
+        common = [i for i in now if i in before]
+        if event.action == "move" and len(now) == 1 and len(common) == 1:
+            (i,) = common
+            dx, dy = now[i].x - before[i].x, now[i].y - before[i].y
+            self.camera.orbit(-dx * ORBIT_PER_HEIGHT, dy * ORBIT_PER_HEIGHT)
+        elif event.action == "move" and len(now) >= 2 and len(common) >= 2:
+            a, b = common[:2]
+            spread_before = math.dist((before[a].x, before[a].y), (before[b].x, before[b].y))
+            spread_now = math.dist((now[a].x, now[a].y), (now[b].x, now[b].y))
+            if spread_before > 1e-4 and spread_now > 1e-4:
+                self.camera.zoom(spread_before / spread_now)  # fingers apart: closer
+            cx = (now[a].x + now[b].x - before[a].x - before[b].x) / 2
+            cy = (now[a].y + now[b].y - before[a].y - before[b].y) / 2
+            self.camera.pan(-cx, cy)
+        self._touches = now

@@ -1,0 +1,51 @@
+"""Fixtures that start the real server (aiohttp on a free port) with a small stream."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from render_server.config import Resolution, ServerConfig, StreamConfig
+from render_server.render import Scene, default_scene
+
+from .support import ServerFactory
+
+OUTPUT_DIR = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).parent.parent / "test-output"))
+
+SMALL_STREAM = StreamConfig(resolution=Resolution(320, 240), fps=30.0)
+
+
+@pytest.fixture(scope="session")
+def scene() -> Scene:
+    return default_scene()
+
+
+@pytest.fixture
+def output_dir() -> Path:
+    OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
+    return OUTPUT_DIR
+
+
+@pytest.fixture
+def server_config() -> ServerConfig:
+    return ServerConfig(port=0, stream=SMALL_STREAM, slots=2)
+
+
+@pytest.fixture
+def start_server(aiohttp_server, scene: Scene) -> ServerFactory:  # type: ignore[no-untyped-def]
+    """Start the one-process server; keyword arguments override ServerConfig fields."""
+    from render_server.serve import build_app
+
+    async def start(**overrides: object) -> TestServer:
+        config = dataclasses.replace(
+            ServerConfig(port=0, stream=SMALL_STREAM, slots=2), **overrides
+        )
+        app: web.Application = await build_app(config, scene)
+        return await aiohttp_server(app, host="127.0.0.1")  # type: ignore[no-any-return]
+
+    return start

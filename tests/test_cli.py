@@ -1,0 +1,64 @@
+"""The command line as a user runs it (a real process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "render_server", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_documents_every_command_and_option() -> None:
+    top = run("--help")
+    assert top.returncode == 0
+    assert "serve" in top.stdout and "RENDER_SERVER_" in top.stdout
+    serve = run("serve", "--help")
+    assert serve.returncode == 0
+    for option in (
+        "--host",
+        "--port",
+        "--resolution",
+        "--fps",
+        "--renderer",
+        "--encoder",
+        "--scene",
+        "--slots",
+        "--allow-origin",
+        "--max-triangles",
+        "--max-scene-bytes",
+        "--animate",
+    ):
+        assert option in serve.stdout, option
+
+
+def test_bad_scene_files_are_clear_errors_at_start(tmp_path: Path) -> None:
+    missing = run("serve", "--scene", str(tmp_path / "nope.glb"))
+    assert missing.returncode == 2
+    assert "cannot load the scene" in missing.stderr and "nope.glb" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    garbage = tmp_path / "broken.glb"
+    garbage.write_bytes(b"glTF\x02\x00\x00\x00garbage" * 10)
+    broken = run("serve", "--scene", str(garbage))
+    assert broken.returncode == 2 and "broken.glb" in broken.stderr
+    assert "Traceback" not in broken.stderr
+
+    big = tmp_path / "big.obj"
+    big.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nf 1 2 3\n" + "# padding\n" * 2000)
+    too_big = run("serve", "--scene", str(big), "--max-scene-bytes", "1000")
+    assert too_big.returncode == 2 and "1000" in too_big.stderr
+
+
+def test_bad_options_are_usage_errors() -> None:
+    bad = run("serve", "--resolution", "1281x720")
+    assert bad.returncode == 2 and "even" in bad.stderr
+    bad = run("serve", "--renderer", "cuda")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -1,0 +1,122 @@
+"""A real aiortc peer through real signaling: frames, input, keyframe requests, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import numpy as np
+import pytest
+
+from render_server.viewer import Viewer
+
+from .support import ServerFactory, ws_url
+
+pytestmark = pytest.mark.asyncio
+
+
+def picture(frame) -> np.ndarray:  # type: ignore[no-untyped-def]
+    return frame.to_ndarray(format="rgb24").astype(np.int16)
+
+
+async def metric(server, name: str) -> float:  # type: ignore[no-untyped-def]
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/metrics")) as response:
+        text = await response.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_receives_decodable_frames_of_the_configured_size(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        assert viewer.session_info["codec"] == "H264"
+        frames = [await viewer.next_frame(timeout=20) for _ in range(30)]
+        assert all((f.width, f.height) == (320, 240) for f in frames)
+        # the default scene is not a blank picture
+        assert picture(frames[-1]).std() > 10
+    assert await metric(server, "worker_frames_encoded_total") >= 30
+
+
+async def test_a_drag_orbits_the_camera_and_the_picture_follows(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        await viewer.next_frame(timeout=20)
+        before = picture(await viewer.latest_frame())
+        still = picture(await viewer.latest_frame())
+        assert np.abs(before - still).mean() < 1.0  # a still camera: the same picture
+        await viewer.send_input(
+            {"type": "pointer", "action": "down", "x": 0.5, "y": 0.5, "buttons": 1}
+        )
+        for _ in range(10):
+            await viewer.send_input(
+                {
+                    "type": "pointer",
+                    "action": "move",
+                    "x": 0.5,
+                    "y": 0.5,
+                    "dx": 0.03,
+                    "dy": 0.0,
+                    "buttons": 1,
+                }
+            )
+        after = picture(await viewer.latest_frame())
+        assert np.abs(before - after).mean() > 5.0
+    assert await metric(server, 'worker_input_events_total{type="pointer"}') == 11
+
+
+async def test_keyframe_request_yields_an_idr(start_server: ServerFactory) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        first = await viewer.next_frame(timeout=20)
+        assert first.key_frame
+        await asyncio.sleep(0.5)
+        assert await metric(server, 'worker_keyframes_total{reason="request"}') == 0
+        await viewer.request_keyframe()  # a real RTCP PLI over the wire
+        keyframe_seen = False
+        for _ in range(30):
+            frame = await viewer.next_frame(timeout=5)
+            keyframe_seen = keyframe_seen or bool(frame.key_frame)
+        assert keyframe_seen
+        assert await metric(server, 'worker_keyframes_total{reason="request"}') == 1
+
+
+async def test_bad_input_is_answered_on_the_channel_and_the_stream_goes_on(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        await viewer.next_frame(timeout=20)
+        await viewer.send_raw_input("not json")
+        await viewer.send_input({"type": "pointer", "action": "move", "dx": 1e9, "buttons": 1})
+        await viewer.send_input({"type": "self-destruct"})
+        for _ in range(50):
+            if len(viewer.errors) >= 3:
+                break
+            await asyncio.sleep(0.1)
+        assert [e["code"] for e in viewer.errors] == ["bad_json", "bad_input", "unknown_type"]
+        for _ in range(10):
+            await viewer.next_frame(timeout=5)
+    assert await metric(server, "worker_input_rejected_total") == 3
+
+
+async def test_ending_a_session_frees_its_slot(start_server: ServerFactory) -> None:
+    server = await start_server(slots=1)
+    viewer = Viewer(ws_url(server))
+    await viewer.start()
+    await viewer.next_frame(timeout=20)
+    assert await metric(server, "sessions_active") == 1
+    await viewer.close()
+    for _ in range(50):
+        if await metric(server, "sessions_active") == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await metric(server, "sessions_active") == 0
+    async with Viewer(ws_url(server)) as again:
+        await again.next_frame(timeout=20)
