@@ -1,0 +1,113 @@
+"""Per-stage cost of the server's frame pipeline, against bare libx264 measured in the same run.
+
+    python benchmarks/pipeline.py [--frames 90] [--resolutions 1280x720,1920x1080]
+
+Stages per frame: render (CPU rasterizer, one thread), convert (RGB → YUV 4:2:0), encode (the
+project's libx264 settings), packetize (aiortc's H.264 packetizer + RTP serialization). The camera
+orbits so every frame is rendered anew. The baseline is libx264 (ultrafast, zerolatency, same
+bitrate) encoding the same YUV frames with no project code around it; the ratio says what the
+whole server-side pipeline costs per frame relative to that bare encode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fractions
+import os
+import statistics
+import time
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import av  # noqa: E402
+from aiortc.codecs.h264 import H264Encoder  # noqa: E402
+from aiortc.rtp import RtpPacket  # noqa: E402
+
+from render_server.config import Resolution, default_bitrate  # noqa: E402
+from render_server.encode import create_x264_encoder, rgb_to_yuv420  # noqa: E402
+from render_server.render import CpuRenderer, OrbitCamera, default_scene  # noqa: E402
+
+
+def median_p95(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def bare_x264(width: int, height: int, fps: float, bitrate: int) -> av.VideoCodecContext:
+    ctx = av.CodecContext.create("libx264", "w")
+    ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
+    ctx.time_base = fractions.Fraction(1, 90000)
+    ctx.bit_rate = bitrate
+    ctx.options = {"preset": "ultrafast", "tune": "zerolatency"}
+    ctx.open()
+    return ctx
+
+
+def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[float, float]]:
+    scene = default_scene()
+    renderer = CpuRenderer(scene, resolution.width, resolution.height)
+    camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
+    bitrate = default_bitrate(resolution, fps)
+    encoder = create_x264_encoder(resolution, fps, bitrate)
+    packetizer = H264Encoder()
+    renderer.render(camera)  # compile and warm caches outside the measurement
+
+    stages: dict[str, list[float]] = {k: [] for k in ("render", "convert", "encode", "packetize")}
+    pictures = []
+    for i in range(frames):
+        camera.orbit(2 * 3.14159 / frames, 0.0)
+        t0 = time.perf_counter()
+        rgb = renderer.render(camera)
+        t1 = time.perf_counter()
+        yuv = rgb_to_yuv420(rgb)
+        t2 = time.perf_counter()
+        packet = encoder.encode(yuv, pts=i * 3000, keyframe=(i == 0))
+        t3 = time.perf_counter()
+        assert packet is not None
+        payloads, timestamp = packetizer.pack(packet)
+        for seq, payload in enumerate(payloads):
+            rtp = RtpPacket(payload_type=102, sequence_number=seq & 0xFFFF, timestamp=timestamp)
+            rtp.payload = payload
+            rtp.serialize()
+        t4 = time.perf_counter()
+        for key, seconds in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            stages[key].append(seconds * 1e3)
+        pictures.append(yuv)
+
+    baseline_ctx = bare_x264(resolution.width, resolution.height, fps, bitrate)
+    baseline = []
+    for i, yuv in enumerate(pictures):
+        yuv.pts = i * 3000
+        t0 = time.perf_counter()
+        baseline_ctx.encode(yuv)
+        baseline.append((time.perf_counter() - t0) * 1e3)
+
+    result = {k: median_p95(v) for k, v in stages.items()}
+    totals = [sum(v[i] for v in stages.values()) for i in range(frames)]
+    result["total"] = median_p95(totals)
+    result["bare x264"] = median_p95(baseline)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=90)
+    parser.add_argument("--fps", type=float, default=30.0)
+    parser.add_argument("--resolutions", default="1280x720,1920x1080")
+    args = parser.parse_args()
+    print(f"pipeline per frame, ms (median / p95), {args.frames} frames, fps {args.fps:g}")
+    for text in args.resolutions.split(","):
+        resolution = Resolution.parse(text)
+        result = run(resolution, args.fps, args.frames)
+        print(f"\n{resolution}")
+        for stage, (median, p95) in result.items():
+            print(f"  {stage:<10} {median:7.2f} / {p95:7.2f}")
+        ratio = result["total"][0] / result["bare x264"][0]
+        budget = 1000.0 / args.fps
+        print(f"  whole pipeline / bare libx264 encode: {ratio:.2f}x")
+        share = result["total"][0] / budget
+        print(f"  whole pipeline / frame interval at {args.fps:g} fps: {share:.2f}")
+
+
+if __name__ == "__main__":
+    main()
