@@ -24,7 +24,7 @@ from aiortc.codecs.h264 import H264Encoder  # noqa: E402
 from aiortc.rtp import RtpPacket  # noqa: E402
 
 from render_server.config import Resolution, default_bitrate  # noqa: E402
-from render_server.encode import create_x264_encoder, rgb_to_yuv420  # noqa: E402
+from render_server.encode import YuvConverter, create_x264_encoder  # noqa: E402
 from render_server.render import CpuRenderer, OrbitCamera, default_scene  # noqa: E402
 
 
@@ -49,6 +49,7 @@ def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[floa
     camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
     bitrate = default_bitrate(resolution, fps)
     encoder = create_x264_encoder(resolution, fps, bitrate)
+    converter = YuvConverter(resolution.width, resolution.height)
     packetizer = H264Encoder()
     renderer.render(camera)  # compile and warm caches outside the measurement
 
@@ -59,7 +60,7 @@ def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[floa
         t0 = time.perf_counter()
         rgb = renderer.render(camera)
         t1 = time.perf_counter()
-        yuv = rgb_to_yuv420(rgb)
+        yuv = converter.convert(rgb)
         t2 = time.perf_counter()
         packet = encoder.encode(yuv, pts=i * 3000, keyframe=(i == 0))
         t3 = time.perf_counter()
@@ -72,7 +73,8 @@ def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[floa
         t4 = time.perf_counter()
         for key, seconds in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             stages[key].append(seconds * 1e3)
-        pictures.append(yuv)
+        # a copy: the converter reuses its frame
+        pictures.append(av.VideoFrame.from_ndarray(yuv.to_ndarray(), format="yuv420p"))
 
     baseline_ctx = bare_x264(resolution.width, resolution.height, fps, bitrate)
     baseline = []

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from render_server.config import Resolution, default_bitrate
-from render_server.encode import create_x264_encoder, rgb_to_yuv420
+from render_server.encode import YuvConverter, create_x264_encoder, rgb_to_yuv420
 from render_server.encode.h264_bitstream import NAL_IDR, is_self_contained_idr, nal_unit_types
 from render_server.worker.keyframes import KeyframeGate
 
@@ -109,3 +109,19 @@ def test_colour_conversion_matches_swscale_bt709() -> None:
         assert np.abs(a - b).mean() < 1.0, index
     back = ours.reformat(format="rgb24", src_colorspace="itu709").to_ndarray()
     assert psnr(back, rgb) > 35.0
+
+
+def test_a_reused_conversion_frame_encodes_each_picture(encoder) -> None:  # type: ignore[no-untyped-def]
+    # the pipeline converts every picture into the same frame: the encoder must have copied
+    # the previous one before it is overwritten
+    converter = YuvConverter(RES.width, RES.height)
+    decoder = av.CodecContext.create("h264", "r")
+    for i in range(6):
+        rgb = synthetic_frame(shift=25 * i)
+        frame = converter.convert(rgb)
+        assert frame is converter.frame
+        packet = encoder.encode(frame, pts=i * 3000)
+        (decoded,) = decode_rgb(decoder, packet)
+        assert psnr(decoded, rgb) >= 35.0, i
+    with pytest.raises(ValueError, match="converter is 1280x720"):
+        converter.convert(np.zeros((360, 640, 3), np.uint8))

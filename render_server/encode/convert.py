@@ -50,13 +50,39 @@ def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
     return rows[:, : plane.width]
 
 
-def rgb_to_yuv420(rgb: np.ndarray) -> av.VideoFrame:
-    """An (H, W, 3) uint8 RGB frame (even sides) as a limited-range BT.709 yuv420p VideoFrame."""
+def _check(rgb: np.ndarray) -> None:
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         raise ValueError(f"expected an (H, W, 3) uint8 frame, got {rgb.shape} {rgb.dtype}")
-    height, width = rgb.shape[:2]
-    if width % 2 or height % 2:
-        raise ValueError(f"4:2:0 needs even sides, got {width}x{height}")
-    frame = av.VideoFrame(width, height, "yuv420p")
+    if rgb.shape[0] % 2 or rgb.shape[1] % 2:
+        raise ValueError(f"4:2:0 needs even sides, got {rgb.shape[1]}x{rgb.shape[0]}")
+
+
+def rgb_to_yuv420(rgb: np.ndarray) -> av.VideoFrame:
+    """An (H, W, 3) uint8 RGB frame (even sides) as a new limited-range BT.709 yuv420p frame."""
+    _check(rgb)
+    frame = av.VideoFrame(rgb.shape[1], rgb.shape[0], "yuv420p")
     _rgb_to_yuv420(rgb, _plane(frame, 0), _plane(frame, 1), _plane(frame, 2))
     return frame
+
+
+class YuvConverter:
+    """Converts into one reused frame: a fresh 4:2:0 buffer per frame costs page faults
+    (first touch of new memory) that can exceed the conversion itself at 1080p and up.
+
+    The frame returned is overwritten by the next call. Encoders copy their input while
+    encoding, and `make_writable` copies first should anything still hold a reference.
+    """
+
+    def __init__(self, width: int, height: int) -> None:
+        self.frame = av.VideoFrame(width, height, "yuv420p")
+
+    def convert(self, rgb: np.ndarray) -> av.VideoFrame:
+        _check(rgb)
+        if (rgb.shape[1], rgb.shape[0]) != (self.frame.width, self.frame.height):
+            raise ValueError(
+                f"frame is {rgb.shape[1]}x{rgb.shape[0]}, "
+                f"converter is {self.frame.width}x{self.frame.height}"
+            )
+        self.frame.make_writable()
+        _rgb_to_yuv420(rgb, _plane(self.frame, 0), _plane(self.frame, 1), _plane(self.frame, 2))
+        return self.frame

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import av
 
-from ..encode.convert import rgb_to_yuv420
+from ..encode.convert import YuvConverter
 from ..encode.protocol import Encoder
 from ..render.camera import OrbitCamera
 from ..render.protocol import Renderer
@@ -36,6 +36,7 @@ class FramePipeline:
         self.encoder = encoder
         self.keyframes = KeyframeGate(keyframe_min_interval_s)
         self.last = FrameTiming()
+        self._converter = YuvConverter(renderer.width, renderer.height)
         self._picture: av.VideoFrame | None = None
         self._picture_state: tuple[object, ...] | None = None
 
@@ -46,7 +47,7 @@ class FramePipeline:
             t0 = time.perf_counter()
             rgb = self.renderer.render(camera)
             t1 = time.perf_counter()
-            self._picture = rgb_to_yuv420(rgb)
+            self._picture = self._converter.convert(rgb)
             self._picture_state = state
             t2 = time.perf_counter()
             timing.render_ms, timing.convert_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3
