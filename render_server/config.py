@@ -76,6 +76,7 @@ class StreamConfig:
     encoder: EncoderName = "x264"
     animate: bool = False
     keyframe_min_interval_s: float = 0.25
+    connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
 
     def __post_init__(self) -> None:
         if not (1.0 <= self.fps <= MAX_FPS):
@@ -84,6 +85,8 @@ class StreamConfig:
             raise ConfigError(f"bitrate {self.bitrate} is outside 100 kbit/s..200 Mbit/s")
         if self.renderer not in RENDERERS:
             raise ConfigError(f"renderer {self.renderer!r} is not one of {', '.join(RENDERERS)}")
+        if not (0.1 <= self.connect_timeout_s <= 600):
+            raise ConfigError(f"connect timeout {self.connect_timeout_s}s is outside 0.1..600")
         if self.encoder not in ENCODERS:
             raise ConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -193,3 +194,17 @@ async def test_a_bad_client_does_not_disturb_another_session(start_server: Serve
             received += 1
         assert received == 20
         assert not good.ended.done()  # type: ignore[union-attr]
+
+
+async def test_a_session_that_never_connects_frees_its_slot(start_server: ServerFactory) -> None:
+    from .conftest import SMALL_STREAM
+
+    stream = dataclasses.replace(SMALL_STREAM, connect_timeout_s=0.5)
+    server = await start_server(slots=1, stream=stream)
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(server)) as ws:
+        await ws.send_str(frame(type="session.start"))
+        assert (await receive(ws))["type"] == "session.started"
+        # no offer: the worker gives the slot back after the timeout, and says why
+        assert (await receive(ws)) == {"v": 1, "type": "session.ended", "reason": "connect_timeout"}
+        await ws.send_str(frame(type="session.start"))
+        assert (await receive(ws))["type"] == "session.started"

@@ -67,6 +67,7 @@ class LocalWorker:
             self._pipeline(),
             CameraController(self.initial_camera.copy(), animate=self.stream.animate),
             self.stream.fps,
+            self.stream.connect_timeout_s,
             self.ice_servers,
             self.metrics,
             on_end,

@@ -32,7 +32,6 @@ from .pipeline import FramePipeline
 from .track import EncodedVideoTrack
 
 INPUT_CHANNEL = "input"
-CONNECT_TIMEOUT_S = 20.0
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
 INPUT_BURST = 200
 
@@ -50,6 +49,7 @@ class StreamSession:
         pipeline: FramePipeline,
         controller: CameraController,
         fps: float,
+        connect_timeout_s: float,
         ice_servers: tuple[str, ...],
         metrics: Metrics,
         on_end: SessionEndCallback,
@@ -73,7 +73,10 @@ class StreamSession:
         self._rate_noticed_at = 0.0
         self._close_task: asyncio.Future[None] | None = None
         self._started_at = time.monotonic()
-        self._timeout_task: asyncio.Task[None] | None = None
+        # a browser that never offers, or whose ICE never connects, must not hold the slot
+        self._timeout_task = asyncio.get_running_loop().create_task(
+            self._connect_timeout(connect_timeout_s)
+        )
         self.input_channel: RTCDataChannel | None = None
 
     # -- negotiation -----------------------------------------------------------------------
@@ -90,7 +93,6 @@ class StreamSession:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
         answer = await self.pc.createAnswer()
         await self.pc.setLocalDescription(answer)
-        self._timeout_task = asyncio.create_task(self._connect_timeout())
         self.log.info("session.answered")
         return self.pc.localDescription.sdp
 
@@ -118,8 +120,7 @@ class StreamSession:
         await asyncio.shield(self._close_task)
 
     async def _teardown(self, reason: str) -> None:
-        if self._timeout_task is not None:
-            self._timeout_task.cancel()
+        self._timeout_task.cancel()
         self.track.stop()
         with contextlib.suppress(Exception):
             await self.pc.close()
@@ -192,8 +193,8 @@ class StreamSession:
         elif state in ("failed", "closed"):
             await self.close("peer_" + state)
 
-    async def _connect_timeout(self) -> None:
-        await asyncio.sleep(CONNECT_TIMEOUT_S)
+    async def _connect_timeout(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
         if self.pc.connectionState != "connected":
             await self.close("connect_timeout")
 
