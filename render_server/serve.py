@@ -41,6 +41,8 @@ async def build_app(config: ServerConfig, scene: Scene | None = None) -> web.App
         metrics,
         config.ice_servers,
     )
+    # numba compiles the renderer on the very first start (seconds), then loads it from its cache
+    log.info("worker.warming_up", extra={"worker": worker.worker_id})
     seconds = await asyncio.get_running_loop().run_in_executor(None, worker.warm_up)
     log.info(
         "worker.ready",
