@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Final
 
+from ..errors import CodedError
+
 PROTOCOL_VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 64 * 1024  # an SDP offer with many candidates is a few KiB
 MAX_SDP_CHARS: Final = 60 * 1024
@@ -33,13 +35,8 @@ class ErrorCode:
     INTERNAL = "internal"
 
 
-class ProtocolError(Exception):
+class ProtocolError(CodedError):
     """A message the server will not act on; sent back as an `error` message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 # -- client → server ---------------------------------------------------------------------------

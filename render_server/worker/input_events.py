@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from ..errors import CodedError
+
 MAX_INPUT_BYTES: Final = 2048
 MAX_TOUCHES: Final = 10
 MAX_COORD: Final = 100.0  # a pointer far outside any sane element
@@ -20,11 +22,8 @@ MAX_WHEEL: Final = 10_000.0
 MAX_KEY_CODE_CHARS: Final = 32
 
 
-class InputError(ValueError):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class InputError(CodedError):
+    """An input message the worker refuses; answered on the data channel."""
 
 
 @dataclass(frozen=True)
