@@ -120,3 +120,24 @@ async def test_ending_a_session_frees_its_slot(start_server: ServerFactory) -> N
     assert await metric(server, "sessions_active") == 0
     async with Viewer(ws_url(server)) as again:
         await again.next_frame(timeout=20)
+
+
+async def test_unusable_ice_candidates_are_refused_and_the_stream_goes_on(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        await viewer.next_frame(timeout=20)
+        for bad in (
+            {"candidate": "candidate:garbage", "sdpMid": "0"},
+            {"candidate": "candidate:1 1 udp 1 127.0.0.1 9 typ host"},  # no sdpMid/index
+        ):
+            await viewer._send({"type": "ice", **bad})
+        for _ in range(50):
+            if len(viewer.errors) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert [e["code"] for e in viewer.errors] == ["bad_message", "bad_message"]
+        assert all("ICE candidate" in e["message"] for e in viewer.errors)
+        for _ in range(10):
+            await viewer.next_frame(timeout=5)

@@ -103,11 +103,12 @@ class StreamSession:
         text = message.candidate.removeprefix("a=").removeprefix("candidate:")
         try:
             candidate = candidate_from_sdp(text)
-        except (ValueError, IndexError) as exc:
-            raise SessionNegotiationError(f"unparseable ICE candidate: {exc}") from exc
-        candidate.sdpMid = message.sdp_mid
-        candidate.sdpMLineIndex = message.sdp_mline_index
-        await self.pc.addIceCandidate(candidate)
+            candidate.sdpMid = message.sdp_mid
+            candidate.sdpMLineIndex = message.sdp_mline_index
+            await self.pc.addIceCandidate(candidate)
+        # aiortc asserts on a short candidate line, raises ValueError on an unknown section
+        except (AssertionError, ValueError, IndexError) as exc:
+            raise SessionNegotiationError(f"unusable ICE candidate: {exc}") from exc
 
     async def close(self, reason: str) -> None:
         """Stop the stream and free its resources; the first reason given is the one reported.
