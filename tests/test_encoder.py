@@ -125,3 +125,32 @@ def test_a_reused_conversion_frame_encodes_each_picture(encoder) -> None:  # typ
         assert psnr(decoded, rgb) >= 35.0, i
     with pytest.raises(ValueError, match="converter is 1280x720"):
         converter.convert(np.zeros((360, 640, 3), np.uint8))
+
+
+def noise_frames(count: int) -> list[av.VideoFrame]:
+    rng = np.random.default_rng(7)
+    base = (rng.random((RES.height, RES.width, 3)) * 255).astype(np.uint8)
+    return [rgb_to_yuv420(np.roll(base, 8 * i, axis=1)) for i in range(count)]
+
+
+def test_the_rate_buffer_bounds_every_frame() -> None:
+    # noise is the worst case: without a working VBV the first IDR of this is ~350 KB
+    bitrate = 2_000_000
+    encoder = create_x264_encoder(RES, FPS, bitrate)
+    sizes = [encoder.encode(f, pts=i * 3000).size for i, f in enumerate(noise_frames(20))]
+    bufsize_bytes = bitrate * 3 / FPS / 8
+    assert max(sizes) <= 1.3 * bufsize_bytes, (max(sizes), bufsize_bytes)
+
+
+def test_set_bitrate_takes_effect_and_is_capped() -> None:
+    encoder = create_x264_encoder(RES, FPS, 2_000_000)
+    frames = noise_frames(60)
+    sizes = [encoder.encode(f, pts=i * 3000).size for i, f in enumerate(frames[:30])]
+    assert encoder.set_bitrate(500_000) == 500_000
+    sizes += [encoder.encode(f, pts=(30 + i) * 3000).size for i, f in enumerate(frames[30:])]
+    before = sum(sizes[10:30]) / 20
+    after = sum(sizes[40:]) / 20  # x264's ABR settles over a few frames
+    assert after < 0.5 * before, (before, after)
+    assert after * 8 * FPS < 1.5 * 500_000
+    assert encoder.set_bitrate(10**9) == 2_000_000  # never above what the operator configured
+    assert encoder.set_bitrate(1) == 100_000  # nor below a floor that still shows a picture

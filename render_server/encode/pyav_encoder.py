@@ -1,4 +1,4 @@
-"""A video encoder on top of PyAV's codec contexts (libx264 here; NVENC in the GPU path)."""
+"""A video encoder on top of PyAV's codec contexts (libx264 on the CPU; NVENC on the GPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ VIDEO_TIME_BASE = fractions.Fraction(1, 90000)  # the RTP clock of every video c
 
 
 class PyavVideoEncoder:
-    """Encodes yuv420p frames with one PyAV codec; one access unit out per frame in."""
+    """Encodes frames of one size with one PyAV codec; one access unit out per frame in.
+
+    The rate buffer (VBV) is given in frames and set through the generic `maxrate`/`bufsize`
+    options: libx264 re-reads them from the codec context on every frame, so VBV settings in
+    `x264-params` would be silently reset to none.
+    """
 
     def __init__(
         self,
@@ -23,11 +28,15 @@ class PyavVideoEncoder:
         bitrate: int,
         options: dict[str, str],
         pix_fmt: str = "yuv420p",
+        gop_size: int | None = None,
+        vbv_frames: float = 3.0,
     ) -> None:
         self.codec = rtp_codec
+        self.codec_name = codec_name
         self.width = width
         self.height = height
-        self.bitrate = bitrate
+        self.pix_fmt = pix_fmt
+        self.max_bitrate = bitrate
         ctx = av.CodecContext.create(codec_name, "w")
         assert isinstance(ctx, av.VideoCodecContext)
         ctx.width = width
@@ -37,21 +46,39 @@ class PyavVideoEncoder:
         ctx.framerate = fractions.Fraction(fps).limit_denominator(1001)
         ctx.bit_rate = bitrate
         ctx.max_b_frames = 0
-        ctx.options = dict(options)
+        if gop_size is not None:
+            ctx.gop_size = gop_size
+        bufsize = max(1000, int(bitrate * vbv_frames / fps))
+        ctx.options = {**options, "maxrate": str(bitrate), "bufsize": str(bufsize)}
         ctx.open()
         self._ctx: av.VideoCodecContext | None = ctx
+
+    @property
+    def bitrate(self) -> int:
+        return int(self._ctx.bit_rate or 0) if self._ctx is not None else 0
+
+    def set_bitrate(self, bitrate: int) -> int:
+        """Aim at `bitrate` from the next frame on, never above the configured maximum.
+
+        Both libx264 and NVENC reconfigure their rate control when the context's bit rate
+        changes between frames; the rate buffer keeps its configured size.
+        """
+        target = max(100_000, min(int(bitrate), self.max_bitrate))
+        if self._ctx is not None and target != self._ctx.bit_rate:
+            self._ctx.bit_rate = target
+        return target
 
     def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> av.Packet | None:
         if (frame.width, frame.height) != (self.width, self.height):
             raise ValueError(
                 f"frame is {frame.width}x{frame.height}, encoder is {self.width}x{self.height}"
             )
+        if self._ctx is None:
+            raise RuntimeError("the encoder is closed")
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         # with forced-idr, an I picture type makes the encoder emit an IDR with SPS/PPS
         frame.pict_type = PictureType.I if keyframe else PictureType.NONE
-        if self._ctx is None:
-            raise RuntimeError("the encoder is closed")
         packets = self._ctx.encode(frame)
         if not packets:
             return None

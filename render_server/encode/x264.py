@@ -7,13 +7,13 @@ from .pyav_encoder import PyavVideoEncoder
 
 # Constrained Baseline is what aiortc's SDP offers (profile-level-id 42e01f): no B-frames, no CABAC.
 X264_PROFILE = "baseline"
-VBV_FRAMES = 3  # the rate buffer, in frames: one frame starves IDRs of quality at these bitrates
+# The rate buffer, in frames. One frame (NVENC's setting) starves x264's IDRs of quality at
+# these bitrates; a few frames let a keyframe borrow from its neighbours.
+VBV_FRAMES = 3.0
 
 
-def x264_options(bitrate: int, fps: float, threads: int = 0) -> dict[str, str]:
+def x264_options(threads: int = 0) -> dict[str, str]:
     """AVOptions for libx264: zero latency, keyframes only on request, SPS/PPS on every IDR."""
-    kbit = max(1, bitrate // 1000)
-    bufsize = max(1, int(kbit * VBV_FRAMES / fps))
     params = [
         "keyint=infinite",  # keyframes only when asked (start, PLI/FIR)
         "scenecut=0",
@@ -21,8 +21,6 @@ def x264_options(bitrate: int, fps: float, threads: int = 0) -> dict[str, str]:
         "repeat-headers=1",  # SPS/PPS in front of every IDR: late joiners and fresh decoders start
         "annexb=1",  # start codes, which aiortc's H.264 packetizer splits on
         "forced-idr=1",  # a forced I picture is an IDR, not a recovery point
-        f"vbv-maxrate={kbit}",
-        f"vbv-bufsize={bufsize}",
         "nal-hrd=none",
         "colorprim=bt709",
         "transfer=bt709",
@@ -48,5 +46,6 @@ def create_x264_encoder(
         resolution.height,
         fps,
         bitrate,
-        x264_options(bitrate, fps, threads),
+        x264_options(threads),
+        vbv_frames=VBV_FRAMES,
     )
