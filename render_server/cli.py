@@ -11,6 +11,7 @@ from pathlib import Path
 from . import __version__, logs
 from .config import (
     ENCODERS,
+    NVENC_PRESETS,
     RENDERERS,
     ConfigError,
     Resolution,
@@ -51,8 +52,30 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         default=int(_env("bitrate", "0")) or None,
         help="bits per second (default: from resolution and fps)",
     )
-    p.add_argument("--renderer", choices=RENDERERS, default=_env("renderer", "cpu"))
-    p.add_argument("--encoder", choices=ENCODERS, default=_env("encoder", "x264"))
+    p.add_argument(
+        "--renderer",
+        choices=RENDERERS,
+        default=_env("renderer", "auto"),
+        help="auto: CUDA where pycuda and a GPU work, else the CPU rasterizer (%(default)s)",
+    )
+    p.add_argument(
+        "--encoder",
+        choices=ENCODERS,
+        default=_env("encoder", "auto"),
+        help="auto: NVENC where the GPU has it, else libx264 (%(default)s)",
+    )
+    p.add_argument(
+        "--nvenc-preset",
+        choices=NVENC_PRESETS,
+        default=_env("nvenc_preset", "p1"),
+        help="NVENC speed/quality preset, p1 fastest (%(default)s)",
+    )
+    p.add_argument(
+        "--intra-refresh",
+        action="store_true",
+        default=_env("intra_refresh", "") in ("1", "true"),
+        help="NVENC: refresh the picture in stripes instead of sending whole keyframes",
+    )
     p.add_argument(
         "--scene",
         type=Path,
@@ -109,6 +132,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         bitrate=args.bitrate,
         renderer=args.renderer,
         encoder=args.encoder,
+        nvenc_preset=args.nvenc_preset,
+        intra_refresh=args.intra_refresh,
         animate=args.animate,
     )
     return ServerConfig(
@@ -126,8 +151,9 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .backends import BackendUnavailable
     from .render.scene import SceneError
-    from .serve import run_server
+    from .serve import ListenError, run_server
 
     config = serve_config(args)
     logs.configure(args.log_level.upper(), config.log_format)
@@ -136,13 +162,83 @@ def _serve(args: argparse.Namespace) -> int:
     except SceneError as exc:
         print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # the port is taken, the address is not ours
-        print(
-            f"render-server: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr
-        )
+    except (BackendUnavailable, ListenError) as exc:
+        print(f"render-server: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="say what this machine offers: CUDA, NVENC per codec, libx264, what auto picks",
+        description="Probe CUDA (through pycuda), NVENC for H.264, HEVC and AV1 (by opening an "
+        "encoder), libx264, say which renderer and encoder `auto` picks and why, and time each "
+        "available backend for a few seconds.",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument(
+        "--seconds", type=float, default=3.0, help="per benchmark; 0 skips them (%(default)s)"
+    )
+    p.set_defaults(func=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
+    from .doctor import diagnose, format_report
+
+    logging.getLogger("render_server").setLevel(logging.ERROR)  # the report says it all
+    report = diagnose(max(0.0, args.seconds))
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="time render and encode per frame for each available backend",
+        description="For each renderer/encoder pair this machine runs, time one session's whole "
+        "frame path (render, convert, encode) with the camera moving every frame, and the "
+        "frames per second one process sustains that way.",
+    )
+    p.add_argument("--resolutions", default="1280x720,1920x1080,3840x2160")
+    p.add_argument("--seconds", type=float, default=3.0, help="per measurement (%(default)s)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
+    from .backends import Backends, choose_backends
+    from .bench import bench_pipeline
+    from .render.scene import default_scene
+
+    logging.getLogger("render_server").setLevel(logging.ERROR)
+    resolutions = [Resolution.parse(r) for r in args.resolutions.split(",")]
+    auto = choose_backends("auto", "auto")
+    pairs = {("cpu", "x264"), (auto.renderer, auto.encoder)}
+    pairs |= {(auto.renderer, "x264"), ("cpu", auto.encoder)}
+    scene = default_scene()
+    results = []
+    for renderer, encoder in sorted(pairs):
+        backends = Backends(renderer, encoder, "bench", "bench", encoder, auto.gpu)
+        for resolution in resolutions:
+            measured = bench_pipeline(scene, backends, resolution, args.seconds).as_dict()
+            results.append(measured)
+            if not args.json:
+                stages = ", ".join(f"{k} {v:.2f}" for k, v in measured["stages_ms"].items())
+                print(
+                    f"{measured['what']:<22} {measured['resolution']:>9}  {stages}  "
+                    f"-> {measured['fps']:.1f} fps sustained"
+                )
+    if args.json:
+        print(json.dumps({"scene_triangles": scene.triangle_count, "results": results}, indent=2))
     return 0
 
 
@@ -155,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve(sub)
+    _add_doctor(sub)
+    _add_bench(sub)
     return parser
 
 

@@ -12,10 +12,11 @@ from typing import Literal
 ENV_PREFIX = "RENDER_SERVER_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-RendererName = Literal["cpu"]
-EncoderName = Literal["x264"]
-RENDERERS: tuple[RendererName, ...] = ("cpu",)
-ENCODERS: tuple[EncoderName, ...] = ("x264",)
+RendererName = Literal["auto", "cuda", "cpu"]
+EncoderName = Literal["auto", "nvenc", "x264"]
+RENDERERS: tuple[RendererName, ...] = ("auto", "cuda", "cpu")
+ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264")
+NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
 
 # H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
 MIN_SIDE, MAX_WIDTH, MAX_HEIGHT = 64, 7680, 4320
@@ -72,8 +73,10 @@ class StreamConfig:
     resolution: Resolution = Resolution(1280, 720)
     fps: float = 30.0
     bitrate: int | None = None  # None: default_bitrate(resolution, fps)
-    renderer: RendererName = "cpu"
-    encoder: EncoderName = "x264"
+    renderer: RendererName = "auto"
+    encoder: EncoderName = "auto"
+    nvenc_preset: str = "p1"
+    intra_refresh: bool = False  # NVENC: refresh in stripes instead of whole IDRs
     animate: bool = False
     keyframe_min_interval_s: float = 0.25
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
@@ -89,6 +92,8 @@ class StreamConfig:
             raise ConfigError(f"connect timeout {self.connect_timeout_s}s is outside 0.1..600")
         if self.encoder not in ENCODERS:
             raise ConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
+        if self.nvenc_preset not in NVENC_PRESETS:
+            raise ConfigError(f"NVENC preset {self.nvenc_preset!r} is not one of p1..p7")
 
     @property
     def target_bitrate(self) -> int:

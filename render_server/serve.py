@@ -8,6 +8,7 @@ import socket
 
 from aiohttp import web
 
+from .backends import Backends, choose_backends
 from .config import ServerConfig
 from .metrics import Metrics
 from .render.scene import Scene, SceneLimits, default_scene, load_scene
@@ -28,9 +29,16 @@ def load_configured_scene(config: ServerConfig) -> Scene:
     return load_scene(config.scene, limits)
 
 
-async def build_app(config: ServerConfig, scene: Scene | None = None) -> web.Application:
-    """The whole one-process server as an aiohttp app (tests run it on a free port)."""
+async def build_app(
+    config: ServerConfig, scene: Scene | None = None, backends: Backends | None = None
+) -> web.Application:
+    """The whole one-process server as an aiohttp app (tests run it on a free port).
+
+    BackendUnavailable (a ConfigError) when `cuda` or `nvenc` was asked for and cannot run.
+    """
     scene = scene if scene is not None else load_configured_scene(config)
+    if backends is None:
+        backends = choose_backends(config.stream.renderer, config.stream.encoder)
     metrics = Metrics()
     registry = MemoryRegistry()
     worker = LocalWorker(
@@ -40,6 +48,7 @@ async def build_app(config: ServerConfig, scene: Scene | None = None) -> web.App
         config.slots,
         metrics,
         config.ice_servers,
+        backends,
     )
     # numba compiles the renderer on the very first start (seconds), then loads it from its cache
     log.info("worker.warming_up", extra={"worker": worker.worker_id})
@@ -51,6 +60,8 @@ async def build_app(config: ServerConfig, scene: Scene | None = None) -> web.App
             "triangles": scene.triangle_count,
             "resolution": str(config.stream.resolution),
             "fps": config.stream.fps,
+            "renderer": worker.backends.renderer,
+            "encoder": worker.backends.encoder,
             "warm_up_s": round(seconds, 2),
         },
     )
@@ -60,12 +71,20 @@ async def build_app(config: ServerConfig, scene: Scene | None = None) -> web.App
     return app
 
 
+class ListenError(OSError):
+    """The server cannot listen where it was told to (port taken, address not ours)."""
+
+
 async def run_server(config: ServerConfig) -> None:
     app = await build_app(config)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
     host = f"[{config.host}]" if ":" in config.host else config.host
     print(f"render-server: streaming at http://{host}:{config.port}/  (Ctrl+C to stop)", flush=True)
     try:

@@ -20,6 +20,9 @@ def test_help_documents_every_command_and_option() -> None:
     top = run("--help")
     assert top.returncode == 0
     assert "serve" in top.stdout and "RENDER_SERVER_" in top.stdout
+    for command in ("doctor", "bench"):
+        assert command in top.stdout
+        assert run(command, "--help").returncode == 0
     serve = run("serve", "--help")
     assert serve.returncode == 0
     for option in (
@@ -29,6 +32,8 @@ def test_help_documents_every_command_and_option() -> None:
         "--fps",
         "--renderer",
         "--encoder",
+        "--nvenc-preset",
+        "--intra-refresh",
         "--scene",
         "--slots",
         "--allow-origin",
@@ -60,5 +65,5 @@ def test_bad_scene_files_are_clear_errors_at_start(tmp_path: Path) -> None:
 def test_bad_options_are_usage_errors() -> None:
     bad = run("serve", "--resolution", "1281x720")
     assert bad.returncode == 2 and "even" in bad.stderr
-    bad = run("serve", "--renderer", "cuda")
+    bad = run("serve", "--renderer", "opengl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -30,7 +30,7 @@ def test_invalid_values_are_errors() -> None:
     with pytest.raises(ConfigError):
         StreamConfig(fps=0)
     with pytest.raises(ConfigError):
-        StreamConfig(renderer="cuda")  # type: ignore[arg-type]
+        StreamConfig(renderer="opengl")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         ServerConfig(slots=0)
     with pytest.raises(ConfigError):
