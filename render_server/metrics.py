@@ -34,6 +34,12 @@ class Metrics:
         self.keyframes = Counter(
             "worker_keyframes", "Keyframes encoded, by reason", ["reason"], registry=r
         )
+        self.remb = Counter(
+            "worker_remb", "Receiver bitrate estimates (REMB) passed to encoders", registry=r
+        )
+        self.encoder_bitrate = Gauge(
+            "worker_encoder_bitrate_bps", "Bitrate the encoders aim at, summed", registry=r
+        )
         self.input_events = Counter(
             "worker_input_events", "Input events applied, by type", ["type"], registry=r
         )

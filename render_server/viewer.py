@@ -16,6 +16,7 @@ import aiohttp
 import av
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, pack_remb_fci
 
 from .signaling.messages import PROTOCOL_VERSION
 
@@ -27,8 +28,12 @@ class ViewerError(RuntimeError):
 
 
 class Viewer:
-    def __init__(self, url: str, frame_queue: int = 8) -> None:
+    """One stream into Python. `receiver_estimates=False` leaves abs-send-time out of the offer,
+    so aiortc's receiver sends no REMB of its own (tests then send the only ones)."""
+
+    def __init__(self, url: str, frame_queue: int = 8, receiver_estimates: bool = True) -> None:
         self.url = url
+        self.receiver_estimates = receiver_estimates
         self.session_info: dict[str, Any] = {}
         self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
         self.errors: list[dict[str, Any]] = []  # error messages from signaling and the worker
@@ -60,7 +65,12 @@ class Viewer:
         self.input.on("message", self._on_worker_message)
         pc.on("track", self._on_track)
         await pc.setLocalDescription(await pc.createOffer())
-        await self._send({"type": "offer", "sdp": pc.localDescription.sdp})
+        sdp = pc.localDescription.sdp
+        if not self.receiver_estimates:
+            sdp = "".join(
+                line for line in sdp.splitlines(keepends=True) if "abs-send-time" not in line
+            )
+        await self._send({"type": "offer", "sdp": sdp})
         answer = await asyncio.wait_for(self._answer, timeout)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         return self.session_info
@@ -92,6 +102,18 @@ class Viewer:
         if not ssrcs:
             raise RuntimeError("no video packet received yet: nothing to ask a keyframe of")
         await receiver._send_rtcp_pli(ssrcs[0])
+
+    async def send_remb(self, bitrate: int) -> None:
+        """Send a receiver estimated maximum bitrate (RTCP REMB) for the video stream."""
+        assert self.pc is not None
+        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.kind == "video")
+        ssrcs = [s.source for s in receiver.getSynchronizationSources()]
+        if not ssrcs:
+            raise RuntimeError("no video packet received yet: no stream to estimate")
+        packet = RtcpPsfbPacket(
+            fmt=RTCP_PSFB_APP, ssrc=0, media_ssrc=0, fci=pack_remb_fci(bitrate, ssrcs[:1])
+        )
+        await receiver._send_rtcp(packet)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -10,6 +10,7 @@ import pytest
 
 from render_server.viewer import Viewer
 
+from .conftest import SMALL_STREAM
 from .support import ServerFactory, ws_url
 
 pytestmark = pytest.mark.asyncio
@@ -141,3 +142,49 @@ async def test_unusable_ice_candidates_are_refused_and_the_stream_goes_on(
         assert all("ICE candidate" in e["message"] for e in viewer.errors)
         for _ in range(10):
             await viewer.next_frame(timeout=5)
+
+
+async def wait_for_metric(server, name: str, predicate, timeout: float = 5.0) -> float:  # type: ignore[no-untyped-def]
+    value = await metric(server, name)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate(value) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+        value = await metric(server, name)
+    return value
+
+
+async def test_remb_sets_the_encoders_bitrate_within_a_frame_or_two(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server()
+    configured = SMALL_STREAM.target_bitrate
+    async with Viewer(ws_url(server), receiver_estimates=False) as viewer:
+        await viewer.next_frame(timeout=20)
+        assert (
+            await wait_for_metric(server, "worker_encoder_bitrate_bps", lambda v: v == configured)
+            == configured
+        )
+        sent = asyncio.get_running_loop().time()
+        await viewer.send_remb(400_000)
+        applied = await wait_for_metric(
+            server, "worker_encoder_bitrate_bps", lambda v: v == 400_000
+        )
+        waited = asyncio.get_running_loop().time() - sent
+        assert applied == 400_000
+        print(f"REMB to encoder bitrate: {waited * 1e3:.0f} ms")
+        assert waited < 1.0, f"REMB took {waited:.3f}s to reach the encoder"
+        await viewer.send_remb(10**9)  # an estimate above the configured bitrate: capped
+        assert (
+            await wait_for_metric(server, "worker_encoder_bitrate_bps", lambda v: v == configured)
+            == configured
+        )
+    assert await metric(server, "worker_remb_total") == 2
+    assert await metric(server, "worker_encoder_bitrate_bps") == 0  # sessions over
+
+
+async def test_a_real_receivers_estimates_reach_the_encoder(start_server: ServerFactory) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:  # aiortc's receiver estimates on its own
+        for _ in range(60):
+            await viewer.next_frame(timeout=5)
+        assert await wait_for_metric(server, "worker_remb_total", lambda v: v > 0) > 0

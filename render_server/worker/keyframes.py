@@ -1,30 +1,8 @@
-"""Carries the browser's keyframe requests (RTCP PLI/FIR) to the project's encoder.
-
-aiortc 1.16 turns PLI and FIR into `RTCRtpSender._send_keyframe()`, which only sets a flag that
-its own encoder reads; on the pre-encoded packet path nothing reads it. We wrap that method on
-the one sender instance so that each request also reaches our encoder.
-"""
+"""Keyframe requests, rate limited: one client's storm of PLIs cannot flood the encoder."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-
-from aiortc import RTCRtpSender
-
-
-def route_keyframe_requests(sender: RTCRtpSender, on_request: Callable[[], None]) -> None:
-    original = getattr(sender, "_send_keyframe", None)
-    if not callable(original):
-        raise RuntimeError(
-            "this aiortc has no RTCRtpSender._send_keyframe; keyframe requests cannot be routed"
-        )
-
-    def send_keyframe() -> None:
-        on_request()
-        original()
-
-    sender._send_keyframe = send_keyframe  # type: ignore[method-assign]
 
 
 class KeyframeGate:

@@ -27,8 +27,8 @@ from ..signaling.messages import IceCandidate
 from ..signaling.workers import SessionEndCallback, SessionNegotiationError
 from .controls import CameraController
 from .input_events import InputError, parse_input
-from .keyframes import route_keyframe_requests
 from .pipeline import FramePipeline
+from .rtcp_feedback import route_rtcp_feedback
 from .track import EncodedVideoTrack
 
 INPUT_CHANNEL = "input"
@@ -71,6 +71,7 @@ class StreamSession:
         self.pc.on("datachannel", self._on_datachannel)
         self._input_bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
         self._rate_noticed_at = 0.0
+        self._reported_bitrate = 0
         self._close_task: asyncio.Future[None] | None = None
         self._started_at = time.monotonic()
         # a browser that never offers, or whose ICE never connects, must not hold the slot
@@ -84,7 +85,9 @@ class StreamSession:
     async def accept_offer(self, sdp: str) -> str:
         transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
         transceiver.setCodecPreferences(h264_codec_preferences())
-        route_keyframe_requests(transceiver.sender, self.pipeline.keyframes.request)
+        route_rtcp_feedback(
+            transceiver.sender, self.pipeline.keyframes.request, self._on_receiver_estimate
+        )
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError/OperationError/others on bad SDP
@@ -125,6 +128,8 @@ class StreamSession:
         self.track.stop()
         with contextlib.suppress(Exception):
             await self.pc.close()
+        self.metrics.encoder_bitrate.dec(self._reported_bitrate)
+        self._reported_bitrate = 0
         # the encoder closes on the session thread, after any frame still in flight
         self._executor.submit(self.pipeline.close)
         self._executor.shutdown(wait=False)
@@ -148,9 +153,18 @@ class StreamSession:
     def _count_frame(self, packet: av.Packet) -> None:
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
+        bitrate = self.pipeline.last.bitrate
+        if bitrate != self._reported_bitrate:
+            self.metrics.encoder_bitrate.inc(bitrate - self._reported_bitrate)
+            self._reported_bitrate = bitrate
         if self.pipeline.last.keyframe:
             reason = "start" if self.track.frames == 1 else "request"
             self.metrics.keyframes.labels(reason).inc()
+
+    def _on_receiver_estimate(self, bitrate: int) -> None:
+        """REMB: the browser's estimate of what the path carries; the encoder follows it."""
+        self.pipeline.request_bitrate(bitrate)
+        self.metrics.remb.inc()
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != INPUT_CHANNEL or self.input_channel is not None:
