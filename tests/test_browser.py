@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,10 @@ def test_page_streams_and_the_mouse_steers_the_camera(
     assert np.abs(moved - panned).mean() > 3.0, "right-drag did not pan"
     page.screenshot(path=str(output_dir / "browser-after-input.png"))
     assert page.evaluate("document.body.dataset.state") == "streaming"
+
+    # Chromium's bandwidth estimates (REMB) reached the project's encoder
+    with urllib.request.urlopen(server_url + "/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    remb = next(line for line in metrics.splitlines() if line.startswith("worker_remb_total"))
+    print(f"from Chromium: {remb}")
+    assert float(remb.split()[1]) > 0
