@@ -126,7 +126,14 @@ class SignalingConnection:
         if claim is None:
             raise ProtocolError(ErrorCode.NO_CAPACITY, "every worker slot is busy; try again soon")
         self.claim = claim
-        self.session = self.workers[claim.worker_id].open_session(session_id, self._session_ended)
+        try:
+            self.session = await self.workers[claim.worker_id].open_session(
+                session_id, self._session_ended
+            )
+        except Exception:
+            await self.registry.release(claim)
+            self.claim = None
+            raise
         self.offered = False
         self.metrics.sessions_started.inc()
         self.metrics.sessions_active.inc()

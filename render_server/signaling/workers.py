@@ -33,6 +33,6 @@ class WorkerSession(Protocol):
 class WorkerHandle(Protocol):
     worker_id: str
 
-    def open_session(self, session_id: str, on_end: SessionEndCallback) -> WorkerSession:
+    async def open_session(self, session_id: str, on_end: SessionEndCallback) -> WorkerSession:
         """A new session on a slot already claimed in the registry; `on_end` fires once."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import platform
@@ -86,10 +87,13 @@ class LocalWorker:
         pipeline.close()
         return time.perf_counter() - t0
 
-    def open_session(self, session_id: str, on_end: SessionEndCallback) -> StreamSession:
+    async def open_session(self, session_id: str, on_end: SessionEndCallback) -> StreamSession:
+        # renderer and encoder start off the event loop: a CUDA renderer loads its kernels and
+        # allocates device buffers, an NVENC encoder opens a session on the GPU
+        pipeline = await asyncio.get_running_loop().run_in_executor(None, self._pipeline)
         return StreamSession(
             session_id,
-            self._pipeline(),
+            pipeline,
             CameraController(self.initial_camera.copy(), animate=self.stream.animate),
             self.stream.fps,
             self.stream.connect_timeout_s,
