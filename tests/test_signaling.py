@@ -45,6 +45,13 @@ async def test_health_and_metrics(start_server: ServerFactory) -> None:
         async with http.get(server.make_url("/metrics")) as response:
             text = await response.text()
             assert "worker_slots_free 2.0" in text
+        async with http.get(server.make_url("/api/workers")) as response:
+            (worker,) = (await response.json())["workers"]
+        assert (worker["slots"], worker["free"]) == (2, 2)
+        capabilities = worker["capabilities"]
+        assert capabilities["renderer"] in ("cpu", "cuda")
+        assert "x264" in capabilities["encoders"] and capabilities["codecs"] == ["H264"]
+        assert "gpu" in capabilities and capabilities["slots"] == 2
 
 
 async def test_malformed_messages_get_errors_and_the_socket_stays_usable(

@@ -90,6 +90,24 @@ async def healthz(request: web.Request) -> web.Response:
     )
 
 
+async def list_workers(request: web.Request) -> web.Response:
+    """The registered workers: what each one offers (GPU, renderer, encoders) and its load."""
+    workers = await request.app[REGISTRY_KEY].workers()
+    return web.json_response(
+        {
+            "workers": [
+                {
+                    "id": w.info.worker_id,
+                    "slots": w.info.slots,
+                    "free": w.free,
+                    "capabilities": w.info.capabilities,
+                }
+                for w in workers
+            ]
+        }
+    )
+
+
 async def metrics_endpoint(request: web.Request) -> web.Response:
     metrics = request.app[METRICS_KEY]
     workers = await request.app[REGISTRY_KEY].workers()
@@ -114,6 +132,7 @@ def create_app(
     app.router.add_get("/", index)
     app.router.add_get("/ws", signaling_socket)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/workers", list_workers)
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_static("/client/", config.client_dir, follow_symlinks=False)
     return app
