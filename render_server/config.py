@@ -80,6 +80,7 @@ class StreamConfig:
     animate: bool = False
     keyframe_min_interval_s: float = 0.25
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
+    idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
 
     def __post_init__(self) -> None:
         if not (1.0 <= self.fps <= MAX_FPS):
@@ -88,6 +89,8 @@ class StreamConfig:
             raise ConfigError(f"bitrate {self.bitrate} is outside 100 kbit/s..200 Mbit/s")
         if self.renderer not in RENDERERS:
             raise ConfigError(f"renderer {self.renderer!r} is not one of {', '.join(RENDERERS)}")
+        if self.idle_timeout_s is not None and not (1 <= self.idle_timeout_s <= 86400):
+            raise ConfigError(f"idle timeout {self.idle_timeout_s}s is outside 1..86400")
         if not (0.1 <= self.connect_timeout_s <= 600):
             raise ConfigError(f"connect timeout {self.connect_timeout_s}s is outside 0.1..600")
         if self.encoder not in ENCODERS:
@@ -102,9 +105,12 @@ class StreamConfig:
         )
 
 
+AuthMode = Literal["auto", "on", "off"]
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    """`render-server serve`: signaling, the client pages and one embedded worker."""
+    """A signaling replica (`render-server signaling`), with an embedded worker for `serve`."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -114,21 +120,80 @@ class ServerConfig:
     max_scene_bytes: int = 256 * 1024 * 1024
     slots: int = 2
     allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
-    ice_servers: tuple[str, ...] = ()  # stun:/turn: URLs handed to both peers
+    ice_servers: tuple[str, ...] = ()  # stun: URLs handed to both peers
     client_dir: Path = REPO_ROOT / "client"
     log_format: Literal["text", "json"] = "text"
+    embedded_worker: bool = True  # serve: yes; signaling: no
+    labels: tuple[str, ...] = ()  # of the embedded worker
+    region: str | None = None
+    registry_url: str | None = None  # None: in memory (one replica); redis://...: shared
+    auth: AuthMode = "auto"  # auto: off for serve on loopback, on everywhere else
+    secret: str | None = field(default=None, repr=False)
+    key_file: Path | None = None
+    turn_urls: tuple[str, ...] = ()
+    turn_secret: str | None = field(default=None, repr=False)
+    turn_ttl_s: float = 3600.0
+    heartbeat_s: float = 2.0  # workers beat this often ...
+    heartbeat_timeout_s: float = 6.0  # ... and are lost after this long without one
+    resume_grace_s: float = 15.0  # a dropped browser socket may come back this long
+    open_timeout_s: float = 15.0  # a worker must open a placed session within this
+    replica_id: str = ""  # "" : hostname and process id
 
     def __post_init__(self) -> None:
         if not (0 <= self.port <= 65535):
             raise ConfigError(f"port {self.port} is outside 0..65535")
         if not (1 <= self.slots <= 64):
             raise ConfigError(f"slots {self.slots} is outside 1..64")
+        if self.registry_url is not None and not re.match(r"rediss?://", self.registry_url):
+            raise ConfigError(f"registry {self.registry_url!r} is not a redis:// URL")
+        if self.turn_urls and not self.turn_secret:
+            raise ConfigError("TURN URLs need --turn-secret (coturn's use-auth-secret)")
+        for url in self.turn_urls:
+            if not re.fullmatch(r"turns?:\S+", url):
+                raise ConfigError(f"TURN server {url!r} is not a turn:/turns: URL")
+        if not (0.2 <= self.heartbeat_s < self.heartbeat_timeout_s):
+            raise ConfigError("the heartbeat timeout must be longer than the heartbeat")
         for origin in self.allowed_origins:
             if not re.fullmatch(r"https?://[^/\s]+", origin):
                 raise ConfigError(f"allowed origin {origin!r} is not scheme://host[:port]")
         for url in self.ice_servers:
             if not re.fullmatch(r"(stun|stuns|turn|turns):\S+", url):
                 raise ConfigError(f"ICE server {url!r} is not a stun:/turn: URL")
+
+    @property
+    def auth_required(self) -> bool:
+        if self.auth != "auto":
+            return self.auth == "on"
+        from .signaling.origin import is_loopback
+
+        return not (self.embedded_worker and is_loopback(self.host))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """`render-server worker`: a worker process that registers with a signaling server."""
+
+    signaling_url: str = "ws://127.0.0.1:8080/worker"
+    token: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)  # to mint its own worker token
+    key_file: Path | None = None
+    worker_id: str = ""  # "": hostname and process id
+    slots: int = 2
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    scene: Path | None = None
+    max_scene_triangles: int = 2_000_000
+    max_scene_bytes: int = 256 * 1024 * 1024
+    labels: tuple[str, ...] = ()
+    region: str | None = None
+    ice_servers: tuple[str, ...] = ()
+    heartbeat_s: float = 2.0
+    log_format: Literal["text", "json"] = "text"
+
+    def __post_init__(self) -> None:
+        if not re.match(r"wss?://", self.signaling_url):
+            raise ConfigError(f"signaling URL {self.signaling_url!r} is not ws:// or wss://")
+        if not (1 <= self.slots <= 256):
+            raise ConfigError(f"slots {self.slots} is outside 1..256")
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:

@@ -23,6 +23,12 @@ class Metrics:
         )
         self.connections = Gauge("signaling_connections", "Open signaling sockets", registry=r)
         self.sessions_started = Counter("sessions_started", "Sessions started", registry=r)
+        self.claims = Counter("scheduler_claims", "Slots claimed at once for a session", registry=r)
+        self.queued = Counter(
+            "scheduler_queued", "Sessions that had to wait in the queue", registry=r
+        )
+        self.queue_length = Gauge("scheduler_queue_length", "Sessions waiting now", registry=r)
+        self.workers = Gauge("scheduler_workers", "Workers registered", registry=r)
         self.sessions_ended = Counter(
             "sessions_ended", "Sessions ended, by reason", ["reason"], registry=r
         )

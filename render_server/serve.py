@@ -1,27 +1,40 @@
-"""`render-server serve`: signaling, the client pages and one embedded worker in one process."""
+"""Running the processes: `serve` (signaling + an embedded worker), `signaling`, `worker`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import socket
+import uuid
 
 from aiohttp import web
 
 from .backends import Backends, choose_backends
-from .config import ServerConfig
+from .config import ServerConfig, WorkerConfig
 from .metrics import Metrics
 from .render.scene import Scene, SceneLimits, default_scene, load_scene
 from .signaling.app import create_app
-from .signaling.registry import MemoryRegistry, WorkerInfo
+from .signaling.auth import Authenticator, load_keys
+from .signaling.bus import connect_bus
+from .signaling.context import SignalingContext
+from .signaling.redis_registry import connect_registry
+from .signaling.session_store import connect_session_store
+from .worker.embedded import EmbeddedWorker
 from .worker.local import LocalWorker
 
 log = logging.getLogger(__name__)
 
 WORKER_KEY = web.AppKey("local_worker", LocalWorker)
+EMBEDDED_KEY = web.AppKey("embedded_worker", EmbeddedWorker)
 
 
-def load_configured_scene(config: ServerConfig) -> Scene:
+class ListenError(OSError):
+    """The server cannot listen where it was told to (port taken, address not ours)."""
+
+
+def load_configured_scene(config: ServerConfig | WorkerConfig) -> Scene:
     """The scene named by the config, or the default one; SceneError says what is wrong."""
     if config.scene is None:
         return default_scene()
@@ -29,27 +42,20 @@ def load_configured_scene(config: ServerConfig) -> Scene:
     return load_scene(config.scene, limits)
 
 
-async def build_app(
-    config: ServerConfig, scene: Scene | None = None, backends: Backends | None = None
-) -> web.Application:
-    """The whole one-process server as an aiohttp app (tests run it on a free port).
+def default_id(prefix: str) -> str:
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-    BackendUnavailable (a ConfigError) when `cuda` or `nvenc` was asked for and cannot run.
-    """
-    scene = scene if scene is not None else load_configured_scene(config)
-    if backends is None:
-        backends = choose_backends(config.stream.renderer, config.stream.encoder)
-    metrics = Metrics()
-    registry = MemoryRegistry()
-    worker = LocalWorker(
-        f"local-{socket.gethostname()}",
-        scene,
-        config.stream,
-        config.slots,
-        metrics,
-        config.ice_servers,
-        backends,
-    )
+
+async def build_context(config: ServerConfig, metrics: Metrics) -> SignalingContext:
+    auth = Authenticator(load_keys(config.secret, config.key_file), config.auth_required)
+    registry = await connect_registry(config.registry_url)
+    bus = await connect_bus(config.registry_url)
+    store = connect_session_store(config.registry_url)
+    replica = config.replica_id or default_id("replica")
+    return SignalingContext(config, registry, bus, store, metrics, auth, replica)
+
+
+async def _warm_worker(worker: LocalWorker) -> None:
     # numba compiles the renderer on the very first start (seconds), then loads it from its cache
     log.info("worker.warming_up", extra={"worker": worker.worker_id})
     seconds = await asyncio.get_running_loop().run_in_executor(None, worker.warm_up)
@@ -57,22 +63,51 @@ async def build_app(
         "worker.ready",
         extra={
             "worker": worker.worker_id,
-            "triangles": scene.triangle_count,
-            "resolution": str(config.stream.resolution),
-            "fps": config.stream.fps,
+            "triangles": worker.scene.triangle_count,
+            "resolution": str(worker.stream.resolution),
+            "fps": worker.stream.fps,
             "renderer": worker.backends.renderer,
             "encoder": worker.backends.encoder,
             "warm_up_s": round(seconds, 2),
         },
     )
-    await registry.register(WorkerInfo(worker.worker_id, worker.slots, worker.capabilities))
-    app = create_app(config, registry, {worker.worker_id: worker}, metrics)
-    app[WORKER_KEY] = worker
+
+
+async def build_app(
+    config: ServerConfig, scene: Scene | None = None, backends: Backends | None = None
+) -> web.Application:
+    """A signaling replica as an aiohttp app, with `serve`'s embedded worker if configured.
+
+    BackendUnavailable (a ConfigError) when `cuda` or `nvenc` was asked for and cannot run.
+    """
+    metrics = Metrics()
+    if config.embedded_worker:
+        scene = scene if scene is not None else load_configured_scene(config)
+        if backends is None:
+            backends = choose_backends(config.stream.renderer, config.stream.encoder)
+    ctx = await build_context(config, metrics)
+    app = create_app(ctx)
+    if config.embedded_worker:
+        assert scene is not None
+        worker = LocalWorker(
+            f"local-{socket.gethostname()}", scene, config.stream, config.slots, metrics,
+            config.ice_servers, backends,
+        )  # fmt: skip
+        await _warm_worker(worker)
+        embedded = EmbeddedWorker(ctx, worker, config.heartbeat_s)
+        embedded.service.labels, embedded.service.region = config.labels, config.region
+        app[WORKER_KEY] = worker
+        app[EMBEDDED_KEY] = embedded
+
+        async def start(_: web.Application) -> None:
+            await embedded.start()
+
+        async def stop(_: web.Application) -> None:
+            await embedded.stop()
+
+        app.on_startup.append(start)
+        app.on_shutdown.append(stop)
     return app
-
-
-class ListenError(OSError):
-    """The server cannot listen where it was told to (port taken, address not ours)."""
 
 
 async def run_server(config: ServerConfig) -> None:
@@ -86,8 +121,49 @@ async def run_server(config: ServerConfig) -> None:
         await runner.cleanup()
         raise ListenError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
     host = f"[{config.host}]" if ":" in config.host else config.host
-    print(f"render-server: streaming at http://{host}:{config.port}/  (Ctrl+C to stop)", flush=True)
+    what = "streaming" if config.embedded_worker else "signaling"
+    auth = "on" if config.auth_required else "off"
+    print(f"render-server: {what} at http://{host}:{config.port}/  (auth {auth}; Ctrl+C to stop)",
+          flush=True)  # fmt: skip
     try:
-        await asyncio.Event().wait()
+        await _until_stopped()
     finally:
         await runner.cleanup()
+
+
+async def run_worker(config: WorkerConfig) -> None:
+    from .signaling.auth import Authenticator, load_keys
+    from .worker.agent import WorkerAgent
+
+    scene = load_configured_scene(config)
+    backends = choose_backends(config.stream.renderer, config.stream.encoder)
+    worker_id = config.worker_id or default_id("worker")
+    token = config.token
+    if token is None and (config.secret or config.key_file):
+        keys = load_keys(config.secret, config.key_file)
+        token = Authenticator(keys).mint("worker", subject=worker_id, ttl_s=30 * 24 * 3600)
+    worker = LocalWorker(worker_id, scene, config.stream, config.slots, Metrics(),
+                         config.ice_servers, backends)  # fmt: skip
+    await _warm_worker(worker)
+    agent = WorkerAgent(worker, config.signaling_url, token, config.heartbeat_s, config.labels,
+                        config.region)  # fmt: skip
+    print(f"render-server: worker {worker_id} serving {config.slots} slots for "
+          f"{config.signaling_url}", flush=True)  # fmt: skip
+    run = asyncio.get_running_loop().create_task(agent.run())
+    try:
+        await _until_stopped()
+    finally:
+        await agent.stop()
+        run.cancel()
+
+
+async def _until_stopped() -> None:
+    """Until SIGTERM (an orchestrator's stop) or Ctrl+C."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await stop.wait()

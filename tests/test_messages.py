@@ -72,7 +72,16 @@ def test_rejects_malformed_messages_with_a_code(text: str, code: str) -> None:
 def test_server_messages_use_the_browser_spelling() -> None:
     started = json.loads(
         encode_message(
-            SessionStarted("abc", "w1", 1280, 720, 30.0, "H264", [IceServer(urls=["stun:x"])])
+            SessionStarted(
+                "abc",
+                "w1",
+                1280,
+                720,
+                30.0,
+                "H264",
+                resume_token="r" * 16,
+                ice_servers=[IceServer(urls=["stun:x"])],
+            )
         )
     )
     assert started == {
@@ -84,6 +93,8 @@ def test_server_messages_use_the_browser_spelling() -> None:
         "height": 720,
         "fps": 30.0,
         "codec": "H264",
+        "role": "controller",
+        "resumeToken": "r" * 16,
         "iceServers": [{"urls": ["stun:x"]}],
     }
     assert json.loads(encode_message(Answer("v=0"))) == {"v": 1, "type": "answer", "sdp": "v=0"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -16,6 +15,16 @@ from render_server.viewer import Viewer
 from .support import ServerFactory, ws_url
 
 pytestmark = pytest.mark.asyncio
+
+
+class _AnySessionId(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and len(other) == 32
+
+    __hash__ = str.__hash__
+
+
+ANY_ID = _AnySessionId()
 
 
 def frame(**fields: Any) -> str:
@@ -130,23 +139,50 @@ async def test_an_offer_without_video_is_refused_and_frees_the_slot(
         assert (await receive(ws))["type"] == "session.started"
 
 
-async def test_no_capacity_then_a_freed_slot(start_server: ServerFactory) -> None:
+async def test_a_full_server_queues_and_serves_in_turn(start_server: ServerFactory) -> None:
     server = await start_server(slots=1)
     async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(ws_url(server)) as first:
+        async with (
+            http.ws_connect(ws_url(server)) as first,
+            http.ws_connect(ws_url(server)) as second,
+            http.ws_connect(ws_url(server)) as third,
+        ):
             await first.send_str(frame(type="session.start"))
             assert (await receive(first))["type"] == "session.started"
-            async with http.ws_connect(ws_url(server)) as second:
-                await expect_error(second, frame(type="session.start"), "no_capacity")
-                await first.close()  # the browser goes away: its slot is freed
-                for _ in range(50):
-                    await second.send_str(frame(type="session.start"))
-                    reply = await receive(second)
-                    if reply["type"] == "session.started":
-                        break
-                    assert reply["code"] == "no_capacity"
-                    await asyncio.sleep(0.1)
-                assert reply["type"] == "session.started"
+            await second.send_str(frame(type="session.start"))
+            assert await receive(second) == {
+                "v": 1, "type": "queue", "sessionId": ANY_ID, "position": 1
+            }  # fmt: skip
+            await third.send_str(frame(type="session.start"))
+            assert (await receive(third))["position"] == 2
+            await first.send_str(frame(type="session.end"))
+            assert (await receive(first))["reason"] == "client_ended"
+            # the slot goes to the first in line, and the line moves up
+            assert (await receive(second))["type"] == "session.started"
+            assert (await receive(third)) == {
+                "v": 1, "type": "queue", "sessionId": ANY_ID, "position": 1
+            }  # fmt: skip
+            await third.send_str(frame(type="session.end"))  # leaves the queue
+            assert (await receive(third)) == {
+                "v": 1,
+                "type": "session.ended",
+                "reason": "cancelled",
+            }
+
+
+async def test_a_browser_that_leaves_frees_its_slot_after_the_grace(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server(slots=1, resume_grace_s=0.5)
+    async with aiohttp.ClientSession() as http:
+        first = await http.ws_connect(ws_url(server))
+        await first.send_str(frame(type="session.start"))
+        assert (await receive(first))["type"] == "session.started"
+        async with http.ws_connect(ws_url(server)) as second:
+            await second.send_str(frame(type="session.start"))
+            assert (await receive(second))["type"] == "queue"
+            await first.close()  # a closed tab: its slot is kept for the grace period, then freed
+            assert (await receive(second, timeout=10))["type"] == "session.started"
 
 
 async def test_floods_are_rate_limited(start_server: ServerFactory) -> None:

@@ -7,6 +7,7 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..metrics import Metrics
 from ..render.camera import OrbitCamera
 from ..render.cpu import CpuRenderer
 from ..render.scene import Scene
+from ..signaling.messages import IceServer
 from ..signaling.workers import SessionEndCallback
 from .controls import CameraController
 from .pictures import CpuPictures, CudaPictures, PictureSource
@@ -87,19 +89,30 @@ class LocalWorker:
         pipeline.close()
         return time.perf_counter() - t0
 
-    async def open_session(self, session_id: str, on_end: SessionEndCallback) -> StreamSession:
+    async def open_session(
+        self,
+        session_id: str,
+        on_end: SessionEndCallback,
+        role: str = "controller",
+        ice_servers: Sequence[IceServer] = (),
+    ) -> StreamSession:
+        """A new session; `ice_servers` (with per-session TURN credentials) replace the
+        worker's own STUN list when given."""
         # renderer and encoder start off the event loop: a CUDA renderer loads its kernels and
         # allocates device buffers, an NVENC encoder opens a session on the GPU
         pipeline = await asyncio.get_running_loop().run_in_executor(None, self._pipeline)
+        servers = list(ice_servers) or [IceServer(urls=[url]) for url in self.ice_servers]
         return StreamSession(
             session_id,
             pipeline,
             CameraController(self.initial_camera.copy(), animate=self.stream.animate),
             self.stream.fps,
             self.stream.connect_timeout_s,
-            self.ice_servers,
+            servers,
             self.metrics,
             on_end,
+            role=role,
+            idle_timeout_s=self.stream.idle_timeout_s,
         )
 
     def _pipeline(self) -> FramePipeline:

@@ -1,4 +1,11 @@
-"""One browser's stream: a peer connection, the encoded video track and the input channel."""
+"""One browser's stream: the frame pipeline and camera, and the peer connection that carries it.
+
+The session outlives its peer connection: a browser that reloads (or loses its network for a
+moment) sends a fresh offer for the same session and gets a new peer connection onto the same
+camera and encoder. A session ends when it is closed, when no peer connects for
+`connect_timeout_s` (at the start or after a peer is lost), or after `idle_timeout_s` without
+input from a controller.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import av
@@ -23,7 +31,8 @@ from aiortc.sdp import candidate_from_sdp
 from ..logs import session_logger
 from ..metrics import Metrics
 from ..rate_limit import TokenBucket
-from ..signaling.messages import IceCandidate
+from ..render.camera import OrbitCamera
+from ..signaling.messages import IceCandidate, IceServer
 from ..signaling.workers import SessionEndCallback, SessionNegotiationError
 from .controls import CameraController
 from .input_events import InputError, parse_input
@@ -50,56 +59,80 @@ class StreamSession:
         controller: CameraController,
         fps: float,
         connect_timeout_s: float,
-        ice_servers: tuple[str, ...],
+        ice_servers: Sequence[IceServer],
         metrics: Metrics,
         on_end: SessionEndCallback,
+        role: str = "controller",
+        idle_timeout_s: float | None = None,
     ) -> None:
         self.session_id = session_id
-        self.log = session_logger(__name__, session_id)
+        self.role = role
+        self.log = session_logger(__name__, session_id, role=role)
         self.pipeline = pipeline
         self.controller = controller
         self.metrics = metrics
+        self.fps = fps
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self._ice_servers = [
+            RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
+            for s in ice_servers
+        ]
         self._on_end = on_end
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"session-{session_id[:8]}")
-        self.track = EncodedVideoTrack(
-            pipeline, fps, self._camera_for_frame, self._executor, on_frame=self._count_frame
-        )
-        self.pc = RTCPeerConnection(
-            RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in ice_servers])
-        )
-        self.pc.on("connectionstatechange", self._on_connection_state)
-        self.pc.on("datachannel", self._on_datachannel)
         self._input_bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
         self._rate_noticed_at = 0.0
         self._reported_bitrate = 0
         self._close_task: asyncio.Future[None] | None = None
         self._started_at = time.monotonic()
-        # a browser that never offers, or whose ICE never connects, must not hold the slot
-        self._timeout_task = asyncio.get_running_loop().create_task(
-            self._connect_timeout(connect_timeout_s)
-        )
+        self._last_input = time.monotonic()
+        self.pc: RTCPeerConnection | None = None
+        self.track: EncodedVideoTrack | None = None
         self.input_channel: RTCDataChannel | None = None
+        self.frames = 0
+        self.peers = 0
+        loop = asyncio.get_running_loop()
+        # a browser that never offers, or whose ICE never connects, must not hold the slot
+        self._timeout_task: asyncio.Task[None] | None = loop.create_task(
+            self._peer_deadline(connect_timeout_s, "connect_timeout")
+        )
+        self._idle_task = loop.create_task(self._idle_watch()) if idle_timeout_s else None
 
     # -- negotiation -----------------------------------------------------------------------
 
     async def accept_offer(self, sdp: str) -> str:
-        transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
+        """Answer an offer; a later offer replaces the peer connection (a reload, a resume)."""
+        if self._close_task is not None:
+            raise SessionNegotiationError("the session is closing")
+        if self.pc is not None:
+            await self._drop_peer()
+            self.pipeline.keyframes.request()  # the new peer's decoder starts from scratch
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
+        track = EncodedVideoTrack(
+            self.pipeline, self.fps, self._camera_for_frame, self._executor, self._count_frame
+        )
+        self.pc, self.track, self.input_channel = pc, track, None
+        self.peers += 1
+        pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
+        pc.on("datachannel", self._on_datachannel)
+        transceiver = pc.addTransceiver(track, direction="sendonly")
         transceiver.setCodecPreferences(h264_codec_preferences())
         route_rtcp_feedback(
             transceiver.sender, self.pipeline.keyframes.request, self._on_receiver_estimate
         )
         try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError/OperationError/others on bad SDP
             raise SessionNegotiationError(_negotiation_message(exc)) from exc
         if transceiver.mid is None:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
-        answer = await self.pc.createAnswer()
-        await self.pc.setLocalDescription(answer)
-        self.log.info("session.answered")
-        return self.pc.localDescription.sdp
+        await pc.setLocalDescription(await pc.createAnswer())
+        self.log.info("session.answered", extra={"peer": self.peers})
+        return pc.localDescription.sdp
 
     async def add_ice_candidate(self, message: IceCandidate) -> None:
+        if self.pc is None:
+            raise SessionNegotiationError("ICE candidate before any offer")
         if not message.candidate:
             await self.pc.addIceCandidate(None)  # end of candidates
             return
@@ -124,10 +157,10 @@ class StreamSession:
         await asyncio.shield(self._close_task)
 
     async def _teardown(self, reason: str) -> None:
-        self._timeout_task.cancel()
-        self.track.stop()
-        with contextlib.suppress(Exception):
-            await self.pc.close()
+        for task in (self._timeout_task, self._idle_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        await self._drop_peer()
         self.metrics.encoder_bitrate.dec(self._reported_bitrate)
         self._reported_bitrate = 0
         # the encoder closes on the session thread, after any frame still in flight
@@ -137,20 +170,31 @@ class StreamSession:
             "session.closed",
             extra={
                 "reason": reason,
-                "frames": self.track.frames,
-                "dropped_ticks": self.track.dropped_ticks,
+                "frames": self.frames,
+                "peers": self.peers,
                 "seconds": round(time.monotonic() - self._started_at, 1),
             },
         )
         await self._on_end(reason)
 
+    async def _drop_peer(self) -> None:
+        pc, track = self.pc, self.track
+        self.pc = self.track = self.input_channel = None
+        if track is not None:
+            track.stop()
+        if pc is not None:
+            pc.remove_all_listeners()  # its closing is no news to this session
+            with contextlib.suppress(Exception):
+                await pc.close()
+
     # -- media and input --------------------------------------------------------------------
 
-    def _camera_for_frame(self, dt: float):  # type: ignore[no-untyped-def]
+    def _camera_for_frame(self, dt: float) -> OrbitCamera:
         self.controller.tick(dt)
         return self.controller.snapshot()
 
     def _count_frame(self, packet: av.Packet) -> None:
+        self.frames += 1
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
         bitrate = self.pipeline.last.bitrate
@@ -158,8 +202,7 @@ class StreamSession:
             self.metrics.encoder_bitrate.inc(bitrate - self._reported_bitrate)
             self._reported_bitrate = bitrate
         if self.pipeline.last.keyframe:
-            reason = "start" if self.track.frames == 1 else "request"
-            self.metrics.keyframes.labels(reason).inc()
+            self.metrics.keyframes.labels("start" if self.frames == 1 else "request").inc()
 
     def _on_receiver_estimate(self, bitrate: int) -> None:
         """REMB: the browser's estimate of what the path carries; the encoder follows it."""
@@ -175,12 +218,17 @@ class StreamSession:
         channel.on("message", self._on_input)
 
     def _on_input(self, message: str | bytes) -> None:
-        if not self._input_bucket.take(time.monotonic()):
+        now = time.monotonic()
+        if not self._input_bucket.take(now):
             self.metrics.input_rejected.labels("rate_limited").inc()
-            now = time.monotonic()
             if now - self._rate_noticed_at > 1.0:  # one notice a second, not one per event
                 self._rate_noticed_at = now
+                self.log.warning("audit.rate_limited", extra={"channel": "input"})
                 self._send_input_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
+            return
+        if self.role != "controller":
+            self.metrics.input_rejected.labels("forbidden").inc()
+            self._send_input_error("forbidden", "a viewer's input does not reach the worker")
             return
         try:
             event = parse_input(message)
@@ -188,6 +236,7 @@ class StreamSession:
             self.metrics.input_rejected.labels(exc.code).inc()
             self._send_input_error(exc.code, exc.message)
             return
+        self._last_input = now
         self.controller.apply(event)
         self.metrics.input_events.labels(type(event).__name__.removesuffix("Event").lower()).inc()
 
@@ -198,20 +247,45 @@ class StreamSession:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def _on_connection_state(self) -> None:
-        state = self.pc.connectionState
+    async def _on_connection_state(self, pc: RTCPeerConnection) -> None:
+        state = pc.connectionState
         if state == "connected":
+            if self._timeout_task is not None:
+                self._timeout_task.cancel()
+                self._timeout_task = None
             self.log.info(
                 "session.connected",
-                extra={"ms": round((time.monotonic() - self._started_at) * 1e3)},
+                extra={
+                    "ms": round((time.monotonic() - self._started_at) * 1e3),
+                    "peer": self.peers,
+                },
             )
-        elif state in ("failed", "closed"):
-            await self.close("peer_" + state)
+        elif state in ("failed", "closed") and pc is self.pc:
+            # the browser may come back with a new offer (a reload): give it the same time as
+            # a first connection before the slot is given up
+            await self._drop_peer()
+            self.log.info("session.peer_lost", extra={"state": state})
+            if self._timeout_task is None:
+                self._timeout_task = asyncio.get_running_loop().create_task(
+                    self._peer_deadline(self.connect_timeout_s, "peer_" + state)
+                )
 
-    async def _connect_timeout(self, seconds: float) -> None:
+    async def _peer_deadline(self, seconds: float, reason: str) -> None:
         await asyncio.sleep(seconds)
-        if self.pc.connectionState != "connected":
-            await self.close("connect_timeout")
+        if self.pc is None or self.pc.connectionState != "connected":
+            await self.close(reason)
+        self._timeout_task = None
+
+    async def _idle_watch(self) -> None:
+        assert self.idle_timeout_s is not None
+        while True:
+            await asyncio.sleep(min(self.idle_timeout_s, 5.0) / 2)
+            if (
+                self.role == "controller"
+                and time.monotonic() - self._last_input > self.idle_timeout_s
+            ):
+                await self.close("idle")
+                return
 
 
 def _negotiation_message(exc: Exception) -> str:

@@ -1,0 +1,46 @@
+"""What one signaling replica shares among its connections: config, registry, bus, store."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..config import ServerConfig
+from ..metrics import Metrics
+from .auth import Authenticator
+from .bus import Bus
+from .registry import Registry
+from .session_store import SessionStore
+
+if TYPE_CHECKING:
+    from .session import SessionHandle
+
+QUEUE_CHANNEL = "queue"
+
+audit_log = logging.getLogger("render_server.audit")
+
+
+def browser_channel(session_id: str) -> str:
+    return f"browser:{session_id}"
+
+
+def worker_channel(worker_id: str) -> str:
+    return f"worker:{worker_id}"
+
+
+def audit(event: str, **fields: Any) -> None:
+    """One line per security-relevant event: session start/end, refusals, rate limits."""
+    audit_log.info(event, extra=fields)
+
+
+@dataclass
+class SignalingContext:
+    config: ServerConfig
+    registry: Registry
+    bus: Bus
+    store: SessionStore
+    metrics: Metrics
+    auth: Authenticator
+    replica_id: str
+    handles: dict[str, SessionHandle] = field(default_factory=dict)

@@ -1,0 +1,212 @@
+"""The OpenAPI document of the REST API, served at /api/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_SESSION_PATH = "/api/sessions/{sessionId}"
+
+
+def _responses(ok: dict[str, Any], *codes: int) -> dict[str, Any]:
+    out: dict[str, Any] = dict(ok)
+    text = {400: "Malformed request", 401: "No valid token", 403: "Not allowed for this token",
+            404: "No such session", 413: "Body too large", 503: "Not ready"}  # fmt: skip
+    for code in codes:
+        out[str(code)] = {
+            "description": text[code],
+            "content": {"application/json": {"schema": _ERROR}},
+        }
+    return out
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "render-server",
+        "version": __version__,
+        "description": "Sessions on GPU workers, streamed over WebRTC. Browsers negotiate media "
+        "over the WebSocket /ws (see the README's signaling protocol); this API creates and "
+        "inspects sessions and workers. Send tokens as `Authorization: Bearer <JWT>`.",
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            },
+            "Requirements": {
+                "type": "object",
+                "properties": {
+                    "labels": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+                    "region": {"type": "string"},
+                    "codec": {"type": "string", "examples": ["H264"]},
+                    "resolution": {"type": "string", "pattern": "^[0-9]{2,5}x[0-9]{2,5}$"},
+                },
+            },
+            "Session": {
+                "type": "object",
+                "required": ["sessionId", "state", "role"],
+                "properties": {
+                    "sessionId": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                    "owner": {"type": "string"},
+                    "role": {"enum": ["controller", "viewer"]},
+                    "state": {"enum": ["assigned", "queued", "pending"]},
+                    "workerId": {"type": ["string", "null"]},
+                    "position": {"type": ["integer", "null"]},
+                    "requirements": {"$ref": "#/components/schemas/Requirements"},
+                    "created": {"type": "number"},
+                },
+            },
+            "CreatedSession": {
+                "allOf": [
+                    {"$ref": "#/components/schemas/Session"},
+                    {
+                        "type": "object",
+                        "required": ["resumeToken", "websocket", "attach"],
+                        "properties": {
+                            "resumeToken": {"type": "string"},
+                            "websocket": {"type": "string"},
+                            "attach": {"type": "object"},
+                            "attachWithinSeconds": {"type": "number"},
+                        },
+                    },
+                ]
+            },
+            "Worker": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "slots": {"type": "integer"},
+                    "free": {"type": "integer"},
+                    "labels": {"type": "array", "items": {"type": "string"}},
+                    "region": {"type": ["string", "null"]},
+                    "capabilities": {"type": "object"},
+                    "load": {"type": "object"},
+                },
+            },
+        },
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        "/api/sessions": {
+            "post": {
+                "summary": "Create a session: a slot now, or a place in the queue",
+                "description": "Attach a browser within attachWithinSeconds by sending the "
+                "`attach` message on /ws.",
+                "requestBody": {
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "requirements": {"$ref": "#/components/schemas/Requirements"}
+                                },
+                            }
+                        }
+                    }
+                },
+                "responses": _responses(
+                    {
+                        "201": {
+                            "description": "Created",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/CreatedSession"}
+                                }
+                            },
+                        }
+                    },
+                    400,
+                    401,
+                    403,
+                    413,
+                ),  # fmt: skip
+            }
+        },
+        _SESSION_PATH: {
+            "parameters": [
+                {
+                    "name": "sessionId",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                }
+            ],
+            "get": {
+                "summary": "A session of the caller's",
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "The session",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/Session"}
+                                }
+                            },
+                        }
+                    },
+                    401,
+                    403,
+                    404,
+                ),  # fmt: skip
+            },
+            "delete": {
+                "summary": "End a session of the caller's (or take it out of the queue)",
+                "responses": _responses({"202": {"description": "Ending"}}, 401, 403, 404),
+            },
+        },
+        "/api/workers": {
+            "get": {
+                "summary": "The registered workers, their capabilities and load",
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "Workers",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "properties": {
+                                            "workers": {
+                                                "type": "array",
+                                                "items": {"$ref": "#/components/schemas/Worker"},
+                                            }
+                                        },
+                                    }
+                                }
+                            },
+                        }
+                    },
+                    401,
+                    403,
+                ),  # fmt: skip
+            }
+        },
+        "/healthz": {
+            "get": {
+                "security": [],
+                "summary": "Liveness",
+                "responses": {"200": {"description": "Up"}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "security": [],
+                "summary": "Readiness: the registry answers",
+                "responses": _responses({"200": {"description": "Ready"}}, 503),
+            }
+        },
+        "/metrics": {
+            "get": {
+                "security": [],
+                "summary": "Prometheus metrics",
+                "responses": {"200": {"description": "text/plain exposition format"}},
+            }
+        },
+    },
+}

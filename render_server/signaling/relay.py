@@ -1,0 +1,78 @@
+"""Messages from one worker → the registry and the channels of its sessions' browsers.
+
+Used by the `/worker` socket handler and by `serve`'s embedded worker alike. A worker may only
+speak for sessions the registry says it holds, whatever ids it writes: anything else is refused
+and logged.
+"""
+
+from __future__ import annotations
+
+from ..logs import session_logger
+from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
+from .messages import ErrorCode, ProtocolError, to_document
+from .registry import Claim
+from .worker_protocol import (
+    FromWorker,
+    SessionOpened,
+    WorkerAnswer,
+    WorkerError,
+    WorkerSessionEnded,
+)
+
+
+class WorkerRelay:
+    def __init__(self, ctx: SignalingContext, worker_id: str) -> None:
+        self.ctx = ctx
+        self.worker_id = worker_id
+
+    async def from_worker(self, message: FromWorker) -> None:
+        """A session-scoped message from the worker (not register/heartbeat)."""
+        assert isinstance(message, SessionOpened | WorkerAnswer | WorkerError | WorkerSessionEnded)
+        sid = message.session_id
+        owner = await self.ctx.registry.worker_of(sid)
+        if owner != self.worker_id:
+            if owner is not None:  # a worker speaking for another worker's session
+                audit("audit.worker.forged", worker=self.worker_id, session=sid)
+                raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not on this worker")
+            return  # a late message for a session already released: nothing to route
+        if isinstance(message, WorkerSessionEnded):
+            await self.session_ended(sid, message.reason)
+            return
+        await self.ctx.bus.publish(browser_channel(sid), to_document(message))
+
+    async def session_ended(self, sid: str, reason: str) -> None:
+        served = await self.ctx.registry.release(Claim(self.worker_id, sid))
+        session_logger(__name__, sid, worker=self.worker_id).info(
+            "session.released", extra={"reason": reason}
+        )
+        await self.ctx.bus.publish(
+            browser_channel(sid), {"type": "session.ended", "sessionId": sid, "reason": reason}
+        )
+        await publish_assignments(self.ctx, served)
+
+    async def lost(self, reason: str) -> None:
+        """The worker is gone: its sessions' browsers are told, to be placed elsewhere."""
+        claims = await self.ctx.registry.unregister(self.worker_id)
+        await tell_lost(self.ctx, self.worker_id, claims, reason)
+
+
+async def tell_lost(
+    ctx: SignalingContext, worker_id: str, claims: list[Claim], reason: str
+) -> None:
+    audit("audit.worker.lost", worker=worker_id, sessions=len(claims), reason=reason)
+    for claim in claims:
+        await ctx.bus.publish(
+            browser_channel(claim.session_id),
+            {"type": "worker_lost", "sessionId": claim.session_id, "reason": reason},
+        )
+
+
+async def publish_assignments(ctx: SignalingContext, served: list[Claim]) -> None:
+    """Waiting sessions that just got a slot: their holders open them on the worker."""
+    for claim in served:
+        await ctx.bus.publish(
+            browser_channel(claim.session_id),
+            {"type": "assigned", "sessionId": claim.session_id, "workerId": claim.worker_id},
+        )
+    if served:
+        await ctx.bus.publish(QUEUE_CHANNEL, {"type": "queue.changed"})

@@ -1,0 +1,249 @@
+"""One session as a signaling replica sees it: claim or queue, open on the worker, relay.
+
+A `SessionHandle` lives on the replica that holds the browser's socket (or that created the
+session over REST) and owns the session's channel subscription. The browser's socket attaches
+to it and may drop and come back (`session.resume`, on this replica or another one) within the
+grace period; the worker's replies and the registry's news arrive on the session's channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..logs import session_logger
+from .context import SignalingContext, audit, browser_channel, worker_channel
+from .messages import (
+    Answer,
+    Error,
+    ErrorCode,
+    IceCandidate,
+    ProtocolError,
+    Queued,
+    ServerMessage,
+    SessionEnded,
+    SessionInterrupted,
+    SessionStarted,
+    to_document,
+)
+from .registry import Claim
+from .relay import publish_assignments
+from .session_store import SessionRecord
+from .turn import ice_servers_for
+from .worker_protocol import CloseSession, OpenSession, SessionIce, SessionOffer
+
+Send = Callable[[ServerMessage], Awaitable[None]]
+
+# states
+QUEUED, OPENING, OPEN, ENDED = "queued", "opening", "open", "ended"
+
+
+class SessionHandle:
+    def __init__(
+        self,
+        ctx: SignalingContext,
+        record: SessionRecord,
+        resume_token: str | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.record = record
+        self.session_id = record.session_id
+        self.log = session_logger(__name__, self.session_id, role=record.role)
+        self.state = QUEUED
+        self.worker_id: str | None = None
+        self.offered = False
+        self.position: int | None = None
+        self._resume_token = resume_token  # told to the browser once, on the first start
+        self._send: Send | None = None
+        self._open_timer: asyncio.Task[None] | None = None
+        self._grace_timer: asyncio.Task[None] | None = None
+        self._ice_servers: list[Any] = []
+
+    # -- entry points -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """A new session: subscribe its channel, then claim a slot or join the queue."""
+        await self._subscribe()
+        audit("audit.session.start", session=self.session_id, owner=self.record.owner,
+              role=self.record.role)  # fmt: skip
+        self.ctx.metrics.sessions_started.inc()
+        await self._place()
+
+    async def take_over(self) -> None:
+        """This replica now holds a session that was started elsewhere (a resume)."""
+        await self._subscribe()
+        worker = await self.ctx.registry.worker_of(self.session_id)
+        position = await self.ctx.registry.position(self.session_id)
+        if worker is not None:
+            await self._open_on(worker)  # the worker answers at once: it has the session
+        elif position is not None:
+            self.state, self.position = QUEUED, position
+            await self._tell(Queued(self.session_id, position))
+        else:
+            await self._place()
+
+    def attach(self, send: Send) -> None:
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        self._send = send
+
+    def detach(self) -> None:
+        """The browser's socket is gone: end the session unless it comes back in time."""
+        self._send = None
+        if self.state == ENDED:
+            return
+        self._grace_timer = asyncio.get_running_loop().create_task(self._grace())
+
+    async def offer(self, sdp: str) -> None:
+        if self.state != OPEN:
+            raise ProtocolError(ErrorCode.BAD_ORDER, "the session is not ready for an offer yet")
+        assert self.worker_id is not None
+        self.offered = True
+        await self._to_worker(SessionOffer(self.session_id, sdp))
+
+    async def ice(self, candidate: IceCandidate) -> None:
+        if self.state != OPEN or not self.offered:
+            raise ProtocolError(ErrorCode.BAD_ORDER, "send the offer before ICE candidates")
+        await self._to_worker(
+            SessionIce(self.session_id, candidate.candidate, candidate.sdp_mid,
+                       candidate.sdp_mline_index)
+        )  # fmt: skip
+
+    async def end(self, reason: str = "client_ended") -> None:
+        """End the session, or leave the queue."""
+        if self.state == QUEUED:
+            if await self.ctx.registry.cancel(self.session_id):
+                await self.ctx.bus.publish("queue", {"type": "queue.changed"})
+            await self._finish("cancelled" if reason == "client_ended" else reason)
+        elif self.state in (OPENING, OPEN):
+            # the worker replies session.ended; the relay frees the slot then
+            await self._to_worker(CloseSession(self.session_id, reason))
+
+    # -- placement --------------------------------------------------------------------------
+
+    async def _place(self) -> None:
+        ticket = await self.ctx.registry.request(self.session_id, self.record.requirements)
+        if ticket.claim is not None:
+            self.ctx.metrics.claims.inc()
+            await self._open_on(ticket.claim.worker_id)
+        else:
+            self.state, self.position = QUEUED, ticket.position
+            self.ctx.metrics.queued.inc()
+            await self._tell(Queued(self.session_id, ticket.position or 0))
+
+    async def _open_on(self, worker_id: str) -> None:
+        self.state, self.worker_id, self.offered, self.position = OPENING, worker_id, False, None
+        config = self.ctx.config
+        self._ice_servers = ice_servers_for(
+            self.session_id, config.ice_servers, config.turn_urls, config.turn_secret,
+            config.turn_ttl_s,
+        )  # fmt: skip
+        self._open_timer = asyncio.get_running_loop().create_task(self._open_deadline(worker_id))
+        await self._to_worker(OpenSession(self.session_id, self.record.role, self._ice_servers))
+
+    async def _open_deadline(self, worker_id: str) -> None:
+        await asyncio.sleep(self.ctx.config.open_timeout_s)
+        if self.state == OPENING and self.worker_id == worker_id:
+            self.log.warning("session.open_timeout", extra={"worker": worker_id})
+            await self.ctx.bus.publish(
+                worker_channel(worker_id),
+                to_document(CloseSession(self.session_id, "open_timeout")),
+            )
+            served = await self.ctx.registry.release(Claim(worker_id, self.session_id))
+            await publish_assignments(self.ctx, served)
+            await self._tell(Error(ErrorCode.WORKER_FAILED, "the worker did not open the session"))
+            await self._finish("worker_failed")
+
+    # -- news on the session's channel -------------------------------------------------------
+
+    async def _on_channel(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "assigned" and self.state == QUEUED:
+            await self._open_on(str(msg["workerId"]))
+        elif kind == "session.opened" and self.state == OPENING:
+            if self._open_timer is not None:
+                self._open_timer.cancel()
+            self.state = OPEN
+            assert self.worker_id is not None
+            await self._tell(
+                SessionStarted(
+                    session_id=self.session_id, worker_id=self.worker_id,
+                    width=int(msg.get("width", 0)), height=int(msg.get("height", 0)),
+                    fps=float(msg.get("fps", 0)), codec=str(msg.get("codec", "H264")),
+                    role=self.record.role, resume_token=self._resume_token,
+                    ice_servers=self._ice_servers,
+                )
+            )  # fmt: skip
+            self._resume_token = None
+        elif kind == "answer" and self.state == OPEN:
+            await self._tell(Answer(str(msg["sdp"])))
+        elif kind == "error":
+            await self._tell(Error(str(msg.get("code")), str(msg.get("message"))))
+        elif kind == "session.ended":
+            await self._finish(str(msg.get("reason", "ended")))
+        elif kind == "worker_lost" and self.state in (OPENING, OPEN):
+            self.log.warning("session.worker_lost", extra={"worker": self.worker_id})
+            await self._tell(SessionInterrupted(self.session_id, str(msg.get("reason"))))
+            self.worker_id = None
+            await self._place()  # on another worker, or in the queue
+        elif kind == "resumed" and msg.get("generation") != self.record.generation:
+            await self._let_go()  # another socket took the session over
+        elif kind == "end.requested":
+            await self.end(str(msg.get("reason", "ended_by_api")))
+
+    async def on_queue_changed(self, order: dict[str, int]) -> None:
+        """The queue moved: tell the browser its new place if it changed."""
+        position = order.get(self.session_id)
+        if self.state == QUEUED and position is not None and position != self.position:
+            self.position = position
+            await self._tell(Queued(self.session_id, position))
+
+    # -- endings -----------------------------------------------------------------------------
+
+    async def _grace(self) -> None:
+        await asyncio.sleep(self.ctx.config.resume_grace_s)
+        record = await self.ctx.store.get(self.session_id)
+        if record is not None and record.generation != self.record.generation:
+            await self._let_go()  # resumed elsewhere in the meantime
+            return
+        self.log.info("session.browser_left")
+        await self.end("browser_left")
+        if self.state == QUEUED:
+            await self._finish("browser_left")
+
+    async def _finish(self, reason: str) -> None:
+        if self.state == ENDED:
+            return
+        self.state = ENDED
+        for timer in (self._open_timer, self._grace_timer):
+            if timer is not None and timer is not asyncio.current_task():
+                timer.cancel()
+        audit("audit.session.end", session=self.session_id, owner=self.record.owner, reason=reason)
+        self.ctx.metrics.sessions_ended.labels(reason).inc()
+        await self._tell(SessionEnded(reason))
+        await self._let_go()
+        await self.ctx.store.delete(self.session_id)
+
+    async def _let_go(self) -> None:
+        if self.ctx.handles.get(self.session_id) is self:
+            del self.ctx.handles[self.session_id]
+            await self.ctx.bus.unsubscribe(browser_channel(self.session_id))
+        if self._grace_timer is not None and self._grace_timer is not asyncio.current_task():
+            self._grace_timer.cancel()
+        self._send = None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _subscribe(self) -> None:
+        self.ctx.handles[self.session_id] = self
+        await self.ctx.bus.subscribe(browser_channel(self.session_id), self._on_channel)
+
+    async def _to_worker(self, message: Any) -> None:
+        assert self.worker_id is not None
+        await self.ctx.bus.publish(worker_channel(self.worker_id), to_document(message))
+
+    async def _tell(self, message: ServerMessage) -> None:
+        if self._send is not None:
+            await self._send(message)

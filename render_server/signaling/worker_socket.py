@@ -1,0 +1,116 @@
+"""The signaling side of a worker's socket (`/worker`): registration, heartbeats, relaying."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from .auth import Identity
+from .context import SignalingContext, audit, worker_channel
+from .messages import Error, ErrorCode, ProtocolError, encode_message
+from .registry import WorkerInfo
+from .relay import WorkerRelay, publish_assignments
+from .worker_protocol import Heartbeat, Register, Registered, parse_from_worker
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S = 10.0
+
+
+class WorkerSocket:
+    def __init__(
+        self, ws: web.WebSocketResponse, ctx: SignalingContext, identity: Identity
+    ) -> None:
+        self.ws = ws
+        self.ctx = ctx
+        self.identity = identity
+        self.info: WorkerInfo | None = None
+        self.relay: WorkerRelay | None = None
+
+    async def run(self) -> None:
+        try:
+            if not await self._register():
+                return
+            async for msg in self.ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    await self._handle(parse_from_worker(msg.data))
+                except ProtocolError as exc:
+                    self.ctx.metrics.rejected.labels(exc.code).inc()
+                    await self._send_text(encode_message(Error(exc.code, exc.message)))
+        finally:
+            if self.info is not None and self.relay is not None:
+                await self.ctx.bus.unsubscribe(worker_channel(self.info.worker_id))
+                if await self._still_mine():
+                    await self.relay.lost("worker_disconnected")
+
+    async def _register(self) -> bool:
+        try:
+            msg = await self.ws.receive(timeout=REGISTER_TIMEOUT_S)
+            message = parse_from_worker(msg.data) if msg.type == WSMsgType.TEXT else None
+        except (TimeoutError, ProtocolError) as exc:
+            await self._refuse(f"register first: {exc}")
+            return False
+        if not isinstance(message, Register):
+            await self._refuse("the first message must be worker.register")
+            return False
+        existing = {w.info.worker_id: w for w in await self.ctx.registry.workers()}
+        if message.worker_id in existing:
+            await self._refuse(f"worker id {message.worker_id!r} is already registered and alive")
+            return False
+        self.info = WorkerInfo(
+            worker_id=message.worker_id,
+            slots=message.slots,
+            capabilities=message.capabilities,
+            labels=message.labels,
+            region=message.region,
+            replica=self.ctx.replica_id,
+        )
+        self.relay = WorkerRelay(self.ctx, message.worker_id)
+        await self.ctx.bus.subscribe(worker_channel(message.worker_id), self._to_socket)
+        served = await self.ctx.registry.register(self.info)
+        audit("audit.worker.registered", worker=message.worker_id, slots=message.slots,
+              subject=self.identity.subject)  # fmt: skip
+        await self._send_text(encode_message(Registered(message.worker_id)))
+        await publish_assignments(self.ctx, served)
+        return True
+
+    async def _handle(self, message: Any) -> None:
+        assert self.info is not None and self.relay is not None
+        if isinstance(message, Heartbeat):
+            if not await self.ctx.registry.heartbeat(self.info.worker_id, message.load):
+                # expired while it was still connected (a stall): its sessions went elsewhere
+                log.warning("worker.re_register", extra={"worker": self.info.worker_id})
+                served = await self.ctx.registry.register(self.info)
+                await publish_assignments(self.ctx, served)
+        elif isinstance(message, Register):
+            raise ProtocolError(ErrorCode.BAD_ORDER, "already registered")
+        else:
+            await self.relay.from_worker(message)
+
+    async def _still_mine(self) -> bool:
+        """Only the socket a worker registered through may unregister it."""
+        assert self.info is not None
+        for status in await self.ctx.registry.workers():
+            if status.info.worker_id == self.info.worker_id:
+                return status.info.replica == self.info.replica
+        return False
+
+    async def _to_socket(self, message: dict[str, Any]) -> None:
+        await self._send_text(json.dumps(message))
+
+    async def _send_text(self, text: str) -> None:
+        if not self.ws.closed:
+            try:
+                await self.ws.send_str(text)
+            except (ConnectionError, RuntimeError):
+                pass
+
+    async def _refuse(self, reason: str) -> None:
+        audit("audit.worker.refused", subject=self.identity.subject, reason=reason)
+        await self._send_text(encode_message(Error(ErrorCode.BAD_ORDER, reason)))
+        await self.ws.close(code=1008, message=reason[:120].encode())

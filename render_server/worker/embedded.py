@@ -1,0 +1,71 @@
+"""`serve`'s worker, attached to the signaling replica in process instead of over a socket.
+
+It registers in the registry and listens on its bus channel like a remote worker does, so the
+signaling side has one code path for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from ..signaling.context import SignalingContext, worker_channel
+from ..signaling.messages import ProtocolError
+from ..signaling.registry import WorkerInfo
+from ..signaling.relay import WorkerRelay, publish_assignments
+from ..signaling.worker_protocol import FromWorker, Heartbeat, Register, parse_to_worker
+from .local import LocalWorker
+from .serial import KeyedSerializer
+from .service import WorkerService
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedWorker:
+    def __init__(self, ctx: SignalingContext, worker: LocalWorker, heartbeat_s: float) -> None:
+        self.ctx = ctx
+        self.worker = worker
+        self.heartbeat_s = heartbeat_s
+        self.relay = WorkerRelay(ctx, worker.worker_id)
+        self.service = WorkerService(worker, self._from_worker)
+        self._beat: asyncio.Task[None] | None = None
+        self._serial = KeyedSerializer()
+
+    async def start(self) -> None:
+        await self.ctx.bus.subscribe(worker_channel(self.worker.worker_id), self._to_worker)
+        await self._register()
+        self._beat = asyncio.get_running_loop().create_task(self._heartbeats())
+
+    async def stop(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+        await self.service.close_all("server_stopping")
+        await self.ctx.bus.unsubscribe(worker_channel(self.worker.worker_id))
+
+    async def _register(self) -> None:
+        reg: Register = self.service.registration()
+        info = WorkerInfo(reg.worker_id, reg.slots, reg.capabilities, reg.labels, reg.region,
+                          self.ctx.replica_id)  # fmt: skip
+        await publish_assignments(self.ctx, await self.ctx.registry.register(info))
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            beat: Heartbeat = self.service.heartbeat()
+            if not await self.ctx.registry.heartbeat(self.worker.worker_id, beat.load):
+                await self._register()
+
+    async def _to_worker(self, doc: dict[str, Any]) -> None:
+        message = parse_to_worker(json.dumps(doc))
+        key = getattr(message, "session_id", "")
+        self._serial.submit(key, lambda: self.service.handle(message))
+
+    async def _from_worker(self, message: FromWorker) -> None:
+        with contextlib.suppress(ProtocolError):  # in process, there is nobody to forge
+            await self.relay.from_worker(message)
+
+
+__all__ = ["EmbeddedWorker"]
