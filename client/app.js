@@ -6,7 +6,10 @@ const video = document.getElementById('video');
 const statusBox = document.getElementById('status');
 const $ = (id) => document.getElementById(id);
 
-const stream = new RenderStream(video);
+// a token, where the server asks for one, comes in the URL's fragment (#token=...): the
+// fragment never leaves the browser, so it lands in no server log
+const fragment = new URLSearchParams(location.hash.slice(1));
+const stream = new RenderStream(video, { token: fragment.get('token') });
 window.renderStream = stream;  // for tests and the browser console
 
 function showStatus(text, isError = false) {
@@ -19,6 +22,8 @@ stream.addEventListener('state', ({ detail }) => {
   document.body.dataset.state = detail.state;
   if (detail.state === State.CONNECTING) showStatus('Connecting…');
   else if (detail.state === State.STREAMING) showStatus('');
+  else if (detail.state === State.QUEUED) showStatus('Every worker is busy: waiting in line…');
+  else if (detail.state === State.RECONNECTING) showStatus('The worker went away: moving to another one…');
   else if (detail.state === State.ENDED) showStatus(`Session ended (${detail.reason || 'closed'}). Reload to start again.`);
   else if (detail.state === State.ERROR) showStatus(`Error: ${detail.reason}`, true);
 });
@@ -31,6 +36,10 @@ stream.addEventListener('stats', ({ detail: s }) => {
   $('stat-rtt').textContent = s.rttMs === null ? '–' : `${s.rttMs.toFixed(1)} ms`;
   $('stat-session').textContent = (s.sessionId || '').slice(0, 8);
   $('stat-session').title = s.sessionId || '';
+});
+
+stream.addEventListener('queue', ({ detail }) => {
+  showStatus(`Every worker is busy: you are number ${detail.position} in line…`);
 });
 
 stream.addEventListener('error', ({ detail }) => console.warn('render-server:', detail.code, detail.message));

@@ -7,10 +7,14 @@ export const PROTOCOL_VERSION = 1;
 export const State = Object.freeze({
   IDLE: 'idle',
   CONNECTING: 'connecting',
+  QUEUED: 'queued',
   STREAMING: 'streaming',
+  RECONNECTING: 'reconnecting',
   ENDED: 'ended',
   ERROR: 'error',
 });
+
+export const SUBPROTOCOL = 'render-server.v1';
 
 function signalingUrl(server, path) {
   const url = new URL(path, server);
@@ -20,8 +24,8 @@ function signalingUrl(server, path) {
 
 /**
  * One stream from the render server into a <video> element.
- * Events: `state` ({state, reason}), `stats` (figures, once a second), `error` ({code, message}),
- * `message` (data-channel messages from the worker).
+ * Events: `state` ({state, reason}), `queue` ({position}), `stats` (figures, once a second),
+ * `error` ({code, message}), `message` (data-channel messages from the worker).
  */
 export class RenderStream extends EventTarget {
   /** Connects `video` to `server` and resolves once the first frame is playing. */
@@ -31,11 +35,16 @@ export class RenderStream extends EventTarget {
     return stream;
   }
 
-  constructor(video, { server = location.origin, path = '/ws', statsIntervalMs = 1000 } = {}) {
+  constructor(video, {
+    server = location.origin, path = '/ws', token = null, requirements = null, statsIntervalMs = 1000,
+  } = {}) {
     super();
     this.video = video;
     this.server = server;
     this.path = path;
+    this.token = token;
+    this.requirements = requirements;
+    this.resumeToken = null;
     this.statsIntervalMs = statsIntervalMs;
     this.state = State.IDLE;
     this.session = null;  // {sessionId, workerId, width, height, fps, codec}
@@ -53,12 +62,16 @@ export class RenderStream extends EventTarget {
     return new Promise((resolve, reject) => {
       this._resolveStart = resolve;
       this._rejectStart = reject;
-      const ws = new WebSocket(signalingUrl(this.server, this.path));
+      // the token rides in a subprotocol: browsers cannot set headers on a WebSocket, and a
+      // token in the URL would end up in logs
+      const protocols = this.token ? [SUBPROTOCOL, `bearer.${this.token}`] : [SUBPROTOCOL];
+      const ws = new WebSocket(signalingUrl(this.server, this.path), protocols);
       this.ws = ws;
-      ws.onopen = () => this._send({ type: 'session.start' });
+      ws.onopen = () => this._send(this.requirements
+        ? { type: 'session.start', requirements: this.requirements } : { type: 'session.start' });
       ws.onmessage = (event) => this._onSignal(event.data);
       ws.onclose = (event) => {
-        if (this.state === State.CONNECTING || this.state === State.STREAMING) {
+        if ([State.CONNECTING, State.QUEUED, State.STREAMING, State.RECONNECTING].includes(this.state)) {
           this._fail('signaling_closed', `signaling socket closed (${event.code}${event.reason ? ': ' + event.reason : ''})`);
         }
       };
@@ -93,8 +106,19 @@ export class RenderStream extends EventTarget {
     try { message = JSON.parse(text); } catch { return; }
     switch (message.type) {
       case 'session.started':
+        // a first start, or a new worker after the last one was lost: (re)negotiate
+        if (message.resumeToken) this.resumeToken = message.resumeToken;
         this.session = message;
+        if (this.pc) { this.pc.close(); this.pc = null; }
         await this._negotiate(message.iceServers || []);
+        break;
+      case 'queue':
+        this.position = message.position;
+        if (this.state !== State.QUEUED) this._setState(State.QUEUED, `position ${message.position}`);
+        this.dispatchEvent(new CustomEvent('queue', { detail: { position: message.position } }));
+        break;
+      case 'session.interrupted':
+        this._setState(State.RECONNECTING, message.reason);
         break;
       case 'answer':
         await this.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp });
@@ -106,7 +130,9 @@ export class RenderStream extends EventTarget {
         break;
       case 'error':
         this.dispatchEvent(new CustomEvent('error', { detail: message }));
-        if (this.state === State.CONNECTING) this._fail(message.code, message.message);
+        if (this.state === State.CONNECTING || this.state === State.QUEUED) {
+          this._fail(message.code, message.message);
+        }
         break;
       default:
         break;
@@ -133,6 +159,11 @@ export class RenderStream extends EventTarget {
     pc.onconnectionstatechange = () => {
       if (pc.connectionState === 'failed') this._fail('peer_failed', 'the media connection failed');
     };
+    pc.ontrack = ((ontrack) => (event) => {
+      ontrack(event);
+      // a renegotiated stream plays on: go back to streaming at its first frame
+      this.video.requestVideoFrameCallback?.(() => this._onPlaying());
+    })(pc.ontrack);
     this.video.addEventListener('playing', () => this._onPlaying(), { once: true });
     const offer = await pc.createOffer();
     await pc.setLocalDescription(offer);
@@ -140,7 +171,7 @@ export class RenderStream extends EventTarget {
   }
 
   _onPlaying() {
-    if (this.state !== State.CONNECTING) return;
+    if (![State.CONNECTING, State.QUEUED, State.RECONNECTING].includes(this.state)) return;
     this._setState(State.STREAMING);
     this._statsTimer = setInterval(() => this._pollStats(), this.statsIntervalMs);
     this._resolveStart?.(this);

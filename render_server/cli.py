@@ -100,6 +100,11 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
         help="orbit the camera slowly on its own",
     )  # fmt: skip
     g.add_argument(
+        "--connect-timeout", type=float, default=float(_env("connect_timeout", "20")),
+        help="end a session whose browser has not connected its media in this long "
+        "(at the start, or after its connection dropped) (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
         "--idle-timeout", type=float, default=float(_env("idle_timeout", "600")),
         help="end a controller's session after this many seconds without input (%(default)s)",
     )  # fmt: skip
@@ -176,6 +181,7 @@ def _stream_config(args: argparse.Namespace) -> StreamConfig:
         nvenc_preset=args.nvenc_preset,
         intra_refresh=args.intra_refresh,
         animate=args.animate,
+        connect_timeout_s=args.connect_timeout,
         idle_timeout_s=args.idle_timeout or None,
     )
 

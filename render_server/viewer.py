@@ -31,8 +31,15 @@ class Viewer:
     """One stream into Python. `receiver_estimates=False` leaves abs-send-time out of the offer,
     so aiortc's receiver sends no REMB of its own (tests then send the only ones)."""
 
-    def __init__(self, url: str, frame_queue: int = 8, receiver_estimates: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        frame_queue: int = 8,
+        receiver_estimates: bool = True,
+        token: str | None = None,
+    ) -> None:
         self.url = url
+        self.token = token
         self.receiver_estimates = receiver_estimates
         self.session_info: dict[str, Any] = {}
         self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
@@ -51,7 +58,8 @@ class Viewer:
         self.ended = loop.create_future()
         self._answer = loop.create_future()
         self._http = aiohttp.ClientSession()
-        self._ws = await self._http.ws_connect(self.url)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._ws = await self._http.ws_connect(self.url, headers=headers)
         started: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._tasks.append(asyncio.create_task(self._read_signaling(started)))
         await self._send({"type": "session.start"})

@@ -2,13 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from render_server.signaling.messages import ProtocolError, parse_client_message
 from render_server.worker.input_events import INPUT_TYPES, InputError, parse_input
+
+
+@pytest.fixture(scope="module")
+def live_server() -> Iterator[str]:
+    """The one-process server in a thread of its own (hypothesis drives it synchronously)."""
+    from aiohttp import web
+
+    from render_server.config import Resolution, ServerConfig, StreamConfig
+    from render_server.serve import build_app
+
+    from .browser import free_port
+
+    port = free_port()
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+    loop = asyncio.new_event_loop()
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        config = ServerConfig(
+            port=port, stream=StreamConfig(resolution=Resolution(64, 64)), slots=2
+        )
+        runner = web.AppRunner(await build_app(config))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        ready.set()
+        await stop.wait()
+        await runner.cleanup()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(60), "the server did not start"
+    yield f"ws://127.0.0.1:{port}/ws"
+    assert stop is not None
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(10)
+
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
 values = st.recursive(
@@ -46,3 +90,40 @@ def test_input_parser_never_fails_otherwise(data: str | bytes) -> None:
         parse_input(data)
     except InputError as exc:
         assert exc.code and exc.message
+
+
+# -- against a live server -----------------------------------------------------------------------
+
+KNOWN_REPLIES = {
+    "error",
+    "session.started",
+    "queue",
+    "session.ended",
+    "answer",
+    "session.interrupted",
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(signaling_docs.map(json.dumps), st.text(max_size=300)), min_size=1,
+                max_size=8))  # fmt: skip
+def test_a_live_server_answers_anything_with_a_message_or_a_coded_error(
+    live_server: str, messages: list[str]
+) -> None:
+    async def exchange() -> None:
+        async with aiohttp.ClientSession() as http, http.ws_connect(live_server) as ws:
+            for text in messages:
+                await ws.send_str(text)
+                try:
+                    reply = await ws.receive(timeout=5)
+                except TimeoutError:  # an accepted message needs no reply (a candidate)
+                    assert not ws.closed
+                    continue
+                assert reply.type == aiohttp.WSMsgType.TEXT, reply  # never a dropped socket
+                doc = json.loads(reply.data)
+                assert doc["type"] in KNOWN_REPLIES, doc
+                if doc["type"] == "error":
+                    assert doc["code"] != "internal", doc  # no exception leaks out
+                    assert doc["message"]
+
+    asyncio.run(exchange())

@@ -97,7 +97,7 @@ def _check_origin(request: web.Request) -> None:
     if not ok:
         ctx.metrics.rejected.labels("origin").inc()
         audit("audit.origin.refused", reason=reason, peer=request.remote)
-        raise web.HTTPForbidden(text=f"{reason}\n")
+        raise _http_error(403, "origin", reason)
 
 
 # -- pages ----------------------------------------------------------------------------------------

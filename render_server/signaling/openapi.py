@@ -187,6 +187,13 @@ OPENAPI: dict[str, Any] = {
                 ),  # fmt: skip
             }
         },
+        "/api/openapi.json": {
+            "get": {
+                "security": [],
+                "summary": "This document",
+                "responses": {"200": {"description": "OpenAPI 3.1"}},
+            }
+        },
         "/healthz": {
             "get": {
                 "security": [],

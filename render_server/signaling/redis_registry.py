@@ -141,7 +141,7 @@ local function better(a, b)
   local ra, rb = a.used / a.slots, b.used / b.slots
   if ra ~= rb then return ra < rb end
   local fa, fb = a.slots - a.used, b.slots - b.used
-  if fa ~= fb then return fa > fb end
+  if fa ~= fb then return fa < fb end
   return bytes_less(a.id, b.id)
 end
 
