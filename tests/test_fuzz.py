@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
