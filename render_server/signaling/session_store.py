@@ -106,9 +106,9 @@ return out
 
 class RedisSessionStore:
     def __init__(self, url: str, prefix: str = "rs") -> None:
-        import redis.asyncio as redis
+        from .redis_pool import redis_client
 
-        self._redis = redis.Redis.from_url(url)
+        self._redis = redis_client(url)
         self._prefix = prefix
         self._bump = self._redis.register_script(_BUMP)
 
