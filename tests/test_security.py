@@ -180,3 +180,38 @@ async def test_turn_credentials_are_minted_per_session_for_both_ends(
         assert turn_secret not in json.dumps(started)
     finally:
         await worker.stop()
+
+
+async def test_oversized_messages_and_floods_are_refused_logged_and_harmless(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "render_server.audit")
+    server = await secured(start_server)
+    async with Viewer(ws_url(server), token=token("controller", "hana")) as hana:
+        await hana.next_frame(timeout=20)
+        headers = {"Authorization": f"Bearer {token('controller', 'ivan')}"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(ws_url(server), headers=headers) as ivan,
+        ):
+            await ivan.send_str(json.dumps({"v": 1, "type": "offer", "sdp": "v=0" + "x" * 70_000}))
+            assert json.loads((await ivan.receive(timeout=10)).data)["code"] == "too_large"
+            for _ in range(80):
+                await ivan.send_str(json.dumps({"v": 1, "type": "session.end"}))
+            codes = [json.loads((await ivan.receive(timeout=10)).data)["code"] for _ in range(80)]
+            assert "rate_limited" in codes
+        assert audit_lines(caplog, "audit.message.too_large")
+        assert audit_lines(caplog, "audit.rate_limited")
+        for _ in range(10):
+            await hana.next_frame(timeout=5)
+
+
+async def test_an_idle_controller_session_ends(start_server: ServerFactory) -> None:
+    import dataclasses
+
+    from .conftest import SMALL_STREAM
+
+    server = await start_server(stream=dataclasses.replace(SMALL_STREAM, idle_timeout_s=1.0))
+    async with Viewer(ws_url(server)) as idle:
+        await idle.next_frame(timeout=20)
+        assert await asyncio.wait_for(idle.ended, 10) == "idle"  # type: ignore[arg-type]

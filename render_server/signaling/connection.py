@@ -59,7 +59,8 @@ class BrowserConnection:
                 elif msg.type == WSMsgType.ERROR:
                     # over the transport limit: aiohttp has already closed with 1009
                     self.ctx.metrics.rejected.labels(ErrorCode.TOO_LARGE).inc()
-                    log.info("signaling.closed_on_error", extra={"error": str(msg.data)[:200]})
+                    audit("audit.socket.closed", subject=self.identity.subject,
+                          reason=str(msg.data)[:200])  # fmt: skip
                 if self.violations >= MAX_VIOLATIONS:
                     audit("audit.socket.closed", subject=self.identity.subject,
                           reason="too many rejected messages")  # fmt: skip
@@ -154,6 +155,8 @@ class BrowserConnection:
     async def _reject(self, exc: ProtocolError) -> None:
         self.violations += 1
         self.ctx.metrics.rejected.labels(exc.code).inc()
+        if exc.code == ErrorCode.TOO_LARGE:
+            audit("audit.message.too_large", subject=self.identity.subject)
         log.info("signaling.rejected", extra={"code": exc.code, "detail": exc.message[:200]})
         await self._send(Error(exc.code, exc.message))
 
