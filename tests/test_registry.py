@@ -366,7 +366,8 @@ SMALL_WORKERS = st.builds(
 
 
 class SameAnswers(RuleBasedStateMachine):
-    """Random operations on both registries: every answer and the state after it agree."""
+    """Random operations on MemoryRegistry and on RedisRegistry (two instances, as two replicas,
+    taking turns): every answer and the state after it agree."""
 
     url = ""
     claims = Bundle("claims")
@@ -375,25 +376,35 @@ class SameAnswers(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.memory = MemoryRegistry()
-        self.redis = self.loop.run_until_complete(RedisRegistry.connect(self.url, fresh_prefix()))
+        prefix = fresh_prefix()
+        self.replicas = [
+            self.loop.run_until_complete(RedisRegistry.connect(self.url, prefix)) for _ in "ab"
+        ]
+        self.turn = 0
 
     def both(self, op: Callable[[Registry], Awaitable[Any]]) -> Any:
         expected = self.loop.run_until_complete(op(self.memory))
-        got = self.loop.run_until_complete(op(self.redis))
+        self.turn += 1
+        got = self.loop.run_until_complete(op(self.replicas[self.turn % 2]))
         assert got == expected
         return expected
 
     def teardown(self) -> None:
-        self.loop.run_until_complete(self.redis.close())
+        for replica in self.replicas:
+            self.loop.run_until_complete(replica.close())
         self.loop.close()
+
+    def registered(self, info: WorkerInfo) -> list[Claim]:
+        served: list[Claim] = self.both(lambda r: r.register(info))
+        return served
 
     @initialize(target=claims, infos=st.lists(SMALL_WORKERS, max_size=3))
     def start(self, infos: list[WorkerInfo]) -> Any:
-        return multiple(*[c for info in infos for c in self.both(lambda r: r.register(info))])
+        return multiple(*[claim for info in infos for claim in self.registered(info)])
 
     @rule(target=claims, info=SMALL_WORKERS)
     def register(self, info: WorkerInfo) -> Any:
-        return multiple(*self.both(lambda r: r.register(info)))
+        return multiple(*self.registered(info))
 
     @rule(target=claims, session=SESSION_IDS, requirements=SMALL_REQUIREMENTS)
     def request(self, session: str, requirements: Requirements) -> Any:
@@ -439,13 +450,14 @@ class SameAnswers(RuleBasedStateMachine):
         self.both(snapshot)
 
 
+@pytest.mark.timeout(900)  # passing takes seconds; a failure is shrunk, which takes minutes
 def test_memory_and_redis_give_the_same_answers(redis_url: str) -> None:
     SameAnswers.url = redis_url
     run_state_machine_as_test(
         SameAnswers,
         settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
+            max_examples=200,
+            stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),
@@ -469,9 +481,15 @@ async def check_invariant(reg: RedisRegistry, redis_url: str) -> tuple[dict[str,
     raw = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         index = await raw.hgetall(f"{{{reg.prefix}}}:holder")
+        used = await raw.hgetall(f"{{{reg.prefix}}}:used")
+        free = await raw.zrange(f"{{{reg.prefix}}}:free", 0, -1)
     finally:
         await raw.aclose()
     assert index == held
+    assert set(used) <= {status.info.worker_id for status in statuses}
+    for status in statuses:
+        assert int(used.get(status.info.worker_id, 0)) == len(status.sessions)
+    assert sorted(free) == sorted(s.info.worker_id for s in statuses if s.free > 0)
     assert not set(queue) & set(held)
     return held, queue
 
@@ -508,8 +526,10 @@ async def test_two_replicas_200_requests(redis_url: str) -> None:
             )
             assert results[len(fresh) :] == [[]] * len(again), "a second release served someone"
             released += fresh
+            # each release frees one slot, which the head of the queue takes, if any waits
+            assert all(len(got) <= 1 for got in results), "one freed slot served two"
+            assert sum(map(len, results)) == min(len(fresh), len(queue))
             for got in results[: len(fresh)]:
-                assert len(got) == (1 if len(served) < len(arrival) else 0) or not queue
                 for new in got:
                     assert new.session_id not in served
                     served.append(new.session_id)
@@ -580,6 +600,33 @@ async def test_two_replicas_mixed_requirements(redis_url: str) -> None:
             await reg.close()
 
 
+async def test_a_retried_call_answers_what_the_first_one_did(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py sends a call again when the connection drops before the reply: the second run
+    must not lose what the first freed or served."""
+    from render_server.signaling import redis_registry
+
+    reg = await RedisRegistry.connect(redis_url, fresh_prefix())
+    try:
+        await reg.register(WorkerInfo("a", 1))
+        await reg.request("s0", ANY)
+        await reg.request("s1", ANY)
+
+        def call_id(value: uuid.UUID) -> None:  # every call, the same id: as a retry sends it
+            monkeypatch.setattr(redis_registry, "uuid", type("U", (), {"uuid4": lambda: value}))
+
+        call_id(uuid.uuid4())
+        first = await reg.release(Claim("a", "s0"))
+        assert first == await reg.release(Claim("a", "s0")) == [Claim("a", "s1")]
+        call_id(uuid.uuid4())
+        assert await reg.unregister("a") == await reg.unregister("a") == [Claim("a", "s1")]
+        monkeypatch.undo()
+        assert await reg.release(Claim("a", "s0")) == []  # a new call: nothing to free
+    finally:
+        await reg.close()
+
+
 # -- factories -----------------------------------------------------------------------------------
 
 
@@ -612,19 +659,32 @@ async def test_connect_fails_clearly_without_redis() -> None:
 # -- the bus ------------------------------------------------------------------------------------
 
 
+BusFactory = Callable[[], Bus]
+
+
 @pytest.fixture(params=["memory", "redis"])
-async def buses(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Bus, Bus]]:
-    """Two buses that reach each other, as two replicas."""
-    pair: tuple[Bus, Bus]
-    if request.param == "memory":
-        hub = MemoryHub()
-        pair = (MemoryBus(hub), MemoryBus(hub))
-    else:
-        url, prefix = request.getfixturevalue("redis_url"), fresh_prefix()
-        pair = (RedisBus(url, prefix), RedisBus(url, prefix))
-    yield pair
-    for bus in pair:
+async def new_bus(request: pytest.FixtureRequest) -> AsyncIterator[BusFactory]:
+    """Makes buses that reach each other, as replicas do; closes them after the test."""
+    made: list[Bus] = []
+    hub = MemoryHub()
+    prefix = fresh_prefix()
+
+    def make() -> Bus:
+        if request.param == "memory":
+            bus: Bus = MemoryBus(hub)
+        else:
+            bus = RedisBus(request.getfixturevalue("redis_url"), prefix)
+        made.append(bus)
+        return bus
+
+    yield make
+    for bus in made:
         await bus.close()
+
+
+@pytest.fixture
+def buses(new_bus: BusFactory) -> tuple[Bus, Bus]:
+    return new_bus(), new_bus()
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -715,22 +775,27 @@ async def test_bus_refuses_what_is_not_json(buses: tuple[Bus, Bus]) -> None:
         await buses[1].publish("c", {"when": object()})
 
 
-async def test_bus_subscribe_then_peer_reply_is_never_lost(buses: tuple[Bus, Bus]) -> None:
-    """Subscribe, then ask a peer to reply at once: the reply must arrive, every time."""
-    asker, peer = buses
-    replies = Recorder()
+async def test_bus_subscribe_then_peer_reply_is_never_lost(new_bus: BusFactory) -> None:
+    """Subscribe, then have a peer publish at once: the message must arrive, every time."""
+    peer = new_bus()
+    await peer.publish("warm-up", {})  # its connection is open: a publish is one write
 
     async def answer(message: Message) -> None:
         await peer.publish(message["reply_to"], {"n": message["n"]})
 
     await peer.subscribe("ask", answer)
-    for n in range(60):
-        await asker.subscribe(f"reply-{n}", replies)
+    first = Recorder()
+    for n in range(20):  # a new replica: its first subscribe opens its connection
+        await new_bus().subscribe(f"first-{n}", first)
+        await peer.publish(f"first-{n}", {"n": n})
+    await until(lambda: len(first.got) == 20)
+    asker, asked = new_bus(), Recorder()
+    for n in range(60):  # one replica, a new channel each time, a peer asked to reply
+        await asker.subscribe(f"reply-{n}", asked)
         await asker.publish("ask", {"n": n, "reply_to": f"reply-{n}"})
-    await until(lambda: len(replies.got) == 60)
-    # and a direct publish from the other bus right after subscribe returns
+    await until(lambda: len(asked.got) == 60)
     direct = Recorder()
-    for n in range(60):
+    for n in range(60):  # and published straight after subscribe returns
         await asker.subscribe(f"direct-{n}", direct)
         await peer.publish(f"direct-{n}", {"n": n})
     await until(lambda: len(direct.got) == 60)
@@ -810,3 +875,12 @@ async def test_memory_buses_on_different_hubs_do_not_meet() -> None:
     assert heard.numbers() == [2]
     await a.close()
     await b.close()
+
+
+async def test_redis_bus_close_ends_even_as_a_read_times_out(redis_url: str) -> None:
+    """A cancellation that lands as the reader's read times out must still end the reader."""
+    for _ in range(40):
+        bus = RedisBus(redis_url, fresh_prefix(), ping_interval_s=0.001)
+        await bus.subscribe("c", Recorder())
+        await asyncio.sleep(random.uniform(0, 0.005))
+        await asyncio.wait_for(bus.close(), 2)

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import RedisError
 
+from .redis_pool import redis_client
 from .redis_registry import redact
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class RedisBus:
         self.confirm_timeout_s = confirm_timeout_s
         self.ping_interval_s = ping_interval_s
         self.backoff_s = backoff_s
-        self._publisher = Redis.from_url(url)
+        self._publisher = redis_client(url)
         # the subscriber's connections (one at a time); protocol 2: messages and PING replies
         # come as plain arrays on a subscribed connection
         self._pool = ConnectionPool.from_url(url, decode_responses=True, protocol=2)
@@ -247,15 +247,18 @@ class RedisBus:
     async def close(self) -> None:
         self._closed = True
         if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+            # a cancellation that lands as a read times out can be swallowed (redis-py reads
+            # under a timeout context): cancel until the task has ended
+            while not self._reader.done():
+                self._reader.cancel()
+                await asyncio.wait([self._reader], timeout=0.1)
         if self._conn is not None:
             await self._conn.disconnect(nowait=True)
             self._conn = None
         for waiter in self._waiters.values():
             waiter.cancel()
         await self._deliveries.close()
-        await self._publisher.aclose()
+        await self._publisher.aclose(close_connection_pool=True)
         await self._pool.disconnect()
 
     # -- the reader task -----------------------------------------------------------------------
@@ -263,7 +266,7 @@ class RedisBus:
     async def _read(self) -> None:
         delay, longest = self.backoff_s
         failures = 0
-        while True:
+        while not self._closed:
             conn = self._pool.make_connection()
             try:
                 await conn.connect()
@@ -284,12 +287,13 @@ class RedisBus:
                     )
                 failures = 0
                 await self._listen(conn)
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # Redis gone, or a reply not understood: start afresh
                 failures += 1
                 wait = min(longest, delay * 2 ** min(failures - 1, 16))
                 log.warning(
                     "bus.connection_lost",
-                    extra={"url": redact(self.url), "error": str(exc), "retry_in_s": wait},
+                    extra={"url": redact(self.url), "error": repr(exc), "retry_in_s": wait},
+                    exc_info=not isinstance(exc, RedisError | OSError),
                 )
                 await asyncio.sleep(wait)
             finally:
@@ -298,7 +302,7 @@ class RedisBus:
 
     async def _listen(self, conn: AbstractConnection) -> None:
         pinged = False
-        while True:
+        while not self._closed:
             reply = await conn.read_response(
                 timeout=self.ping_interval_s, disconnect_on_error=False
             )

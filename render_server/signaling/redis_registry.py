@@ -9,13 +9,17 @@ after each script, whoever ran it.
 Data model, all keys under `{prefix}:` (the braces put them in one Redis Cluster hash slot):
 
     workers          hash  worker id -> WorkerInfo as JSON
+    slots, used      hash  worker id -> its slots, and how many are claimed (the size of its
+                           sessions set, kept beside it: a claim reads one hash, not N sets)
+    free             zset  the workers with a free slot, all of score 0: in byte order of id,
+                           which is Python's str order (ties of the least-loaded choice)
     order            zset  worker id -> sequence number of its first registration (list order)
     seen             zset  worker id -> server time of its last registration or heartbeat
     load             hash  worker id -> the last heartbeat's load, JSON
     sessions:<id>    zset  session id -> sequence number of its claim (the worker's slots in use)
     holder           hash  session id -> worker id (the index behind `worker_of`)
     queue            zset  session id -> sequence number of its arrival (FIFO)
-    wants            hash  session id -> its Requirements as JSON
+    wants            hash  session id -> its Requirements as JSON ("" for none: any worker)
     seq              int   the sequence counter
     done:<op>        str   the reply of a recent mutating call, so that a call that redis-py
                            retries after a lost reply answers what it did the first time
@@ -32,9 +36,9 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from .redis_pool import redis_client
 from .registry import (
     Claim,
     MemoryRegistry,
@@ -86,13 +90,15 @@ local function fits(req, info)
 end
 """
 
-# Shared by every script: KEYS are the fixed keys, ARGV[1] the prefix of the per-worker session
-# sets, ARGV[2] the call's id (for a retried call's reply), the rest the operation's own.
+# Shared by every script: KEYS are the fixed keys (then the call's reply key), ARGV[1] the prefix
+# of the per-worker session sets, ARGV[2] the call's id, ARGV[3] how long a reply is kept; the
+# operation's own arguments follow.
 COMMON_LUA = (
     """
-local K_WORKERS, K_ORDER, K_SEEN, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_QUEUE, K_WANTS, K_HOLDER, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SESSIONS, DONE = ARGV[1], KEYS[9]
+local K_WORKERS, K_SLOTS, K_USED, K_FREE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_ORDER, K_SEEN, K_LOAD, K_QUEUE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_WANTS, K_HOLDER, K_SEQ, DONE = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local SESSIONS = ARGV[1]
 """
     + FITS_LUA
     + """
@@ -116,53 +122,51 @@ local function remember(reply)
   return reply
 end
 
--- the requirements of a request; nil when empty (any worker fits)
-local function decode_requirements(text)
-  local req = cjson.decode(text)
-  if #req.labels == 0 and is_null(req.region) and is_null(req.codec)
-      and is_null(req.resolution) then
-    return nil
-  end
-  return req
+-- a request's requirements; nil for "" (no requirement: any worker)
+local function requirements(text)
+  if text == '' then return nil end
+  return cjson.decode(text)
 end
 
--- Python's str order (code points) is the UTF-8 byte order; Lua's `<` on strings follows
--- strcoll, which depends on the locale Redis runs in
-local function bytes_less(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
-
--- the least-loaded choice: lowest used/slots, then most free slots, then worker id
+-- the least-loaded choice: lowest used/slots, then most free slots; ties go to the worker met
+-- first, and workers are met in id order (see free_workers)
 local function better(a, b)
   local ra, rb = a.used / a.slots, b.used / b.slots
   if ra ~= rb then return ra < rb end
-  local fa, fb = a.slots - a.used, b.slots - b.used
-  if fa ~= fb then return fa < fb end
-  return bytes_less(a.id, b.id)
+  return a.slots - a.used > b.slots - b.used
 end
 
-local function load_workers()
-  local flat = redis.call('HGETALL', K_WORKERS)
-  local workers = {}
-  for i = 1, #flat, 2 do
-    local info = cjson.decode(flat[i + 1])
-    workers[#workers + 1] = {
-      id = flat[i], info = info, slots = info.slots,
-      used = redis.call('ZCARD', SESSIONS .. flat[i]),
-    }
+local function hmget(key, ids)  -- unpack() takes a limited number of arguments: in parts
+  local out = {}
+  for first = 1, #ids, 1000 do
+    local part = redis.call('HMGET', key, unpack(ids, first, math.min(first + 999, #ids)))
+    for j = 1, #part do out[first + j - 1] = tonumber(part[j]) or 0 end
   end
-  return workers
+  return out
 end
 
-local function best(workers, req)
+-- the workers with a free slot, {id, slots, used}, in id order: members of one score in a zset
+-- are kept in byte order, which for UTF-8 is Python's str order (Lua's `<` on strings would
+-- follow strcoll, which depends on the locale Redis runs in)
+local function free_workers()
+  local ids = redis.call('ZRANGE', K_FREE, 0, -1)
+  if #ids == 0 then return ids end
+  local slots, used = hmget(K_SLOTS, ids), hmget(K_USED, ids)
+  local free = {}
+  for i, id in ipairs(ids) do free[i] = {id = id, slots = slots[i], used = used[i]} end
+  return free
+end
+
+local function info_of(w)  -- decoded once per script, and only when a requirement needs it
+  if w.info == nil then w.info = cjson.decode(redis.call('HGET', K_WORKERS, w.id)) end
+  return w.info
+end
+
+local function best(free, req)
   local pick = nil
-  for _, w in ipairs(workers) do
-    if w.used < w.slots and (req == nil or fits(req, w.info))
-        and (pick == nil or better(w, pick)) then
+  for _, w in ipairs(free) do
+    if w.used < w.slots and (pick == nil or better(w, pick))
+        and (req == nil or fits(req, info_of(w))) then
       pick = w
     end
   end
@@ -172,48 +176,45 @@ end
 local function claim(session, w)
   redis.call('ZADD', SESSIONS .. w.id, redis.call('INCR', K_SEQ), session)
   redis.call('HSET', K_HOLDER, session, w.id)
-  w.used = w.used + 1
+  w.used = redis.call('HINCRBY', K_USED, w.id, 1)
+  if w.used >= w.slots then redis.call('ZREM', K_FREE, w.id) end
 end
 
 -- serve the queue in arrival order; returns {session, worker, session, worker, ...}
 local function serve()
   local served = {}
-  local free = {}
-  for _, w in ipairs(load_workers()) do
-    if w.used < w.slots then free[#free + 1] = w end
-  end
-  local after = '-inf'
-  while #free > 0 do
-    local page = redis.call('ZRANGEBYSCORE', K_QUEUE, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 100)
+  local free = free_workers()
+  if #free == 0 then return served end
+  local slots_left = 0
+  for _, w in ipairs(free) do slots_left = slots_left + w.slots - w.used end
+  local after, page_size = '-inf', 8
+  while slots_left > 0 do
+    local page = redis.call('ZRANGEBYSCORE', K_QUEUE, after, '+inf', 'WITHSCORES',
+                            'LIMIT', 0, page_size)
     if #page == 0 then break end
     for i = 1, #page, 2 do
       local session = page[i]
-      local w = best(free, decode_requirements(redis.call('HGET', K_WANTS, session)))
+      local w = best(free, requirements(redis.call('HGET', K_WANTS, session)))
       if w then
         claim(session, w)
         redis.call('ZREM', K_QUEUE, session)
         redis.call('HDEL', K_WANTS, session)
         served[#served + 1] = session
         served[#served + 1] = w.id
-        if w.used >= w.slots then
-          for j, v in ipairs(free) do
-            if v == w then table.remove(free, j) break end
-          end
-          if #free == 0 then break end
-        end
+        slots_left = slots_left - 1
+        if slots_left == 0 then break end
       end
     end
     after = '(' .. page[#page]
+    page_size = math.min(page_size * 4, 512)
   end
   return served
 end
 
 -- forget a worker; returns the sessions it held
 local function drop(id)
-  redis.call('HDEL', K_WORKERS, id)
-  redis.call('ZREM', K_ORDER, id)
-  redis.call('ZREM', K_SEEN, id)
-  redis.call('HDEL', K_LOAD, id)
+  for _, key in ipairs({K_WORKERS, K_SLOTS, K_USED, K_LOAD}) do redis.call('HDEL', key, id) end
+  for _, key in ipairs({K_FREE, K_ORDER, K_SEEN}) do redis.call('ZREM', key, id) end
   local key = SESSIONS .. id
   local sessions = redis.call('ZRANGE', key, 0, -1)
   for _, session in ipairs(sessions) do redis.call('HDEL', K_HOLDER, session) end
@@ -223,12 +224,18 @@ end
 """
 )
 
-# Each script: its own ARGV start at ARGV[4].
+# Each script: its own arguments start at ARGV[4].
 REGISTER_LUA = """
 local done = replay() if done then return done end
-local id, info = ARGV[4], ARGV[5]
+local id, info, slots = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local seen = now()
 redis.call('HSET', K_WORKERS, id, info)
+redis.call('HSET', K_SLOTS, id, slots)
+if (tonumber(redis.call('HGET', K_USED, id)) or 0) < slots then
+  redis.call('ZADD', K_FREE, 0, id)
+else
+  redis.call('ZREM', K_FREE, id)
+end
 if not redis.call('ZSCORE', K_ORDER, id) then
   redis.call('ZADD', K_ORDER, redis.call('INCR', K_SEQ), id)
 end
@@ -267,7 +274,7 @@ local held = redis.call('HGET', K_HOLDER, session)
 if held then return {'claim', held} end
 local rank = redis.call('ZRANK', K_QUEUE, session)
 if rank then return {'queued', rank + 1} end
-local w = best(load_workers(), decode_requirements(wants))
+local w = best(free_workers(), requirements(wants))
 if w then
   claim(session, w)
   return {'claim', w.id}
@@ -289,6 +296,9 @@ local done = replay() if done then return done end
 local id, session = ARGV[4], ARGV[5]
 if redis.call('ZREM', SESSIONS .. id, session) == 0 then return {} end
 redis.call('HDEL', K_HOLDER, session)
+if redis.call('HINCRBY', K_USED, id, -1) < tonumber(redis.call('HGET', K_SLOTS, id)) then
+  redis.call('ZADD', K_FREE, 0, id)
+end
 return remember(serve())
 """
 
@@ -355,10 +365,15 @@ class RedisRegistry:
     def __init__(self, url: str, prefix: str = "rs") -> None:
         self.url = url
         self.prefix = prefix
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._redis = redis_client(url, decode_responses=True)  # a burst waits for a connection
         base = f"{{{prefix}}}:"
-        names = ("workers", "order", "seen", "load", "queue", "wants", "holder", "seq")
-        self._keys = [base + name for name in names]
+        self._keys = [
+            base + name
+            for name in (
+                *("workers", "slots", "used", "free", "order", "seen", "load"),
+                *("queue", "wants", "holder", "seq"),
+            )
+        ]
         self._queue_key, self._holder_key = base + "queue", base + "holder"
         self._done = base + "done:"
         self._sessions = base + "sessions:"
@@ -390,7 +405,8 @@ class RedisRegistry:
 
     async def register(self, info: WorkerInfo) -> list[Claim]:
         check_worker(info)
-        return _claims(await self._call(self._register, info.worker_id, _info_json(info)))
+        args = (info.worker_id, _info_json(info), str(info.slots))
+        return _claims(await self._call(self._register, *args))
 
     async def heartbeat(self, worker_id: str, load: dict[str, Any]) -> bool:
         return bool(await self._call(self._heartbeat, worker_id, json.dumps(load)))
@@ -407,7 +423,7 @@ class RedisRegistry:
 
     async def request(self, session_id: str, requirements: Requirements) -> Ticket:
         check_requirements(requirements)
-        wants = json.dumps(requirements.as_dict())
+        wants = "" if requirements == Requirements() else json.dumps(requirements.as_dict())
         kind, value = await self._call(self._request, session_id, wants)
         if kind == "claim":
             return Ticket(session_id, claim=Claim(value, session_id))
@@ -441,7 +457,7 @@ class RedisRegistry:
         ]
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._redis.aclose(close_connection_pool=True)
 
 
 async def connect_registry(url: str | None) -> Registry:

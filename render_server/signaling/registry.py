@@ -313,11 +313,15 @@ class MemoryRegistry:
 
     def _serve_queue(self) -> list[Claim]:
         served = []
+        free = sum(max(0, i.slots - len(self._sessions[w])) for w, i in self._workers.items())
         for session_id, requirements in list(self._queue.items()):
+            if free == 0:  # the rest of the queue cannot be served: stop looking
+                break
             claim = self._claim(session_id, requirements)
             if claim is not None:
                 del self._queue[session_id]
                 served.append(claim)
+                free -= 1
         return served
 
     def _drop(self, worker_id: str) -> list[Claim]:

@@ -130,7 +130,7 @@ class RedisSessionStore:
         await self._redis.delete(self._key(session_id))
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._redis.aclose(close_connection_pool=True)
 
 
 def connect_session_store(url: str | None, prefix: str = "rs") -> SessionStore:
