@@ -109,10 +109,12 @@ async def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="bench-signaling-"))
     print(f"{args.clients} concurrent browsers, {args.workers} fake workers (logs in {logs})")
 
+    fresh = start_signaling("idle", None, logs)  # a replica that has served nothing yet
+    with stopping(fresh):
+        idle = await idle_socket_cost(fresh, args.clients)
     one = start_signaling("memory", None, logs)
     with stopping(one):
         memory = await place([one], args.clients, args.workers)
-        idle = await idle_socket_cost(one, args.clients)
     with redis_server() as url:
         r1 = start_signaling("redis-1", url, logs)
         r2 = start_signaling("redis-2", url, logs)
