@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -248,18 +248,26 @@ def _add_signaling(sub: SubParsers) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .backends import BackendUnavailable
-    from .render.scene import SceneError
-    from .serve import ListenError, run_server
+    from .serve import run_server
 
     config = serve_config(args, embedded_worker=args.embedded)
     logs.configure(args.log_level.upper(), config.log_format)
+    return _run_process(run_server(config))
+
+
+def _run_process(main: Coroutine[Any, Any, None]) -> int:
+    """Run a server process; what stops it at start is one line on stderr and exit code 2."""
+    from .backends import BackendUnavailable
+    from .render.scene import SceneError
+    from .serve import ListenError
+
     try:
-        asyncio.run(run_server(config))
+        asyncio.run(main)
     except SceneError as exc:
         print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
         return 2
     except (BackendUnavailable, ListenError, ConnectionError, ValueError) as exc:
+        # a backend that cannot run, a taken port, an unreachable Redis, a bad key
         print(f"render-server: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -312,23 +320,11 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .backends import BackendUnavailable
-    from .render.scene import SceneError
     from .serve import run_worker
 
     config = worker_config(args)
     logs.configure(args.log_level.upper(), config.log_format)
-    try:
-        asyncio.run(run_worker(config))
-    except SceneError as exc:
-        print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
-        return 2
-    except (BackendUnavailable, ValueError) as exc:
-        print(f"render-server: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_process(run_worker(config))
 
 
 def _add_token(sub: SubParsers) -> None:
