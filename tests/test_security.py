@@ -178,8 +178,51 @@ async def test_turn_credentials_are_minted_per_session_for_both_ends(
         digest = hmac.new(turn_secret.encode(), turn["username"].encode(), hashlib.sha1).digest()
         assert turn["credential"] == base64.b64encode(digest).decode()  # what coturn computes
         assert turn_secret not in json.dumps(started)
+        # the worker's end got the same credentials with the session.open
+        assert worker.ice_servers[started["sessionId"]] == started["iceServers"]
     finally:
         await worker.stop()
+
+
+async def test_a_worker_cannot_speak_for_another_workers_session(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "render_server.audit")
+    server = await secured(start_server, embedded_worker=False)
+    url = str(server.make_url("/worker")).replace("http", "ws")
+    honest = FakeWorker(url, "honest", 1, token=token("worker", "honest"))
+    rogue = FakeWorker(url, "rogue", 1, token=token("worker", "rogue"))
+    await honest.start()
+    await rogue.start()
+    try:
+        headers = {"Authorization": f"Bearer {token('controller', 'kim')}"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(ws_url(server), headers=headers) as ws,
+        ):
+            await ws.send_str(json.dumps({"v": 1, "type": "session.start"}))
+            started = json.loads((await ws.receive(timeout=10)).data)
+            sid = started["sessionId"]
+            victim = honest if started["workerId"] == "honest" else rogue
+            forger = rogue if victim is honest else honest
+            # the other worker answers for, then ends, a session it does not hold
+            await forger.send_raw({"type": "answer", "sessionId": sid, "sdp": "v=0\r\nforged"})
+            await forger.send_raw({"type": "session.ended", "sessionId": sid, "reason": "forged"})
+            reply = await forger.next_error()
+            assert reply["code"] == "forbidden"
+            await ws.send_str(json.dumps({"v": 1, "type": "offer", "sdp": "v=0\r\n"}))
+            answer = json.loads((await ws.receive(timeout=10)).data)
+            assert answer == {"v": 1, "type": "answer", "sdp": victim_sdp()}  # the real one
+        assert audit_lines(caplog, "audit.worker.forged")
+    finally:
+        await honest.stop()
+        await rogue.stop()
+
+
+def victim_sdp() -> str:
+    from render_server.worker.fake import PLACEHOLDER_SDP
+
+    return PLACEHOLDER_SDP
 
 
 async def test_oversized_messages_and_floods_are_refused_logged_and_harmless(

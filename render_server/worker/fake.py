@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+from dataclasses import asdict
 from typing import Any
 
 import aiohttp
@@ -50,6 +52,8 @@ class FakeWorker:
         self.heartbeat_s = heartbeat_s
         self.sessions: set[str] = set()
         self.opened: list[str] = []  # every session ever opened here, in order
+        self.ice_servers: dict[str, list[dict[str, Any]]] = {}  # per session, as received
+        self.errors: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.registered = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -71,6 +75,14 @@ class FakeWorker:
         self.sessions.discard(session_id)
         await self._send(WorkerSessionEnded(session_id, reason))
 
+    async def send_raw(self, doc: dict[str, Any]) -> None:
+        """Any message, as a misbehaving worker would send it."""
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps({"v": 1, **doc}))
+
+    async def next_error(self, timeout: float = 10) -> dict[str, Any]:
+        return await asyncio.wait_for(self.errors.get(), timeout)
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -84,6 +96,10 @@ class FakeWorker:
         async for msg in self._ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
+            doc = json.loads(msg.data)
+            if doc.get("type") == "error":
+                self.errors.put_nowait(doc)
+                continue
             with contextlib.suppress(Exception):
                 await self._handle(parse_to_worker(msg.data))
 
@@ -91,6 +107,10 @@ class FakeWorker:
         if isinstance(message, Registered):
             self.registered.set()
         elif isinstance(message, OpenSession):
+            self.ice_servers[message.session_id] = [
+                {k: v for k, v in asdict(server).items() if v is not None}
+                for server in message.ice_servers
+            ]
             self.sessions.add(message.session_id)
             self.opened.append(message.session_id)
             await self._send(SessionOpened(message.session_id, 64, 64, 10.0, "H264"))
