@@ -155,15 +155,12 @@ export class RenderStream extends EventTarget {
       if ('jitterBufferTarget' in receiver) receiver.jitterBufferTarget = 0;
       this.video.srcObject = new MediaStream([track]);
       this.video.play().catch(() => {});
+      // a renegotiated stream may not fire `playing` again: streaming resumes at its first frame
+      this.video.requestVideoFrameCallback?.(() => this._onPlaying());
     };
     pc.onconnectionstatechange = () => {
       if (pc.connectionState === 'failed') this._fail('peer_failed', 'the media connection failed');
     };
-    pc.ontrack = ((ontrack) => (event) => {
-      ontrack(event);
-      // a renegotiated stream plays on: go back to streaming at its first frame
-      this.video.requestVideoFrameCallback?.(() => this._onPlaying());
-    })(pc.ontrack);
     this.video.addEventListener('playing', () => this._onPlaying(), { once: true });
     const offer = await pc.createOffer();
     await pc.setLocalDescription(offer);

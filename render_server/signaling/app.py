@@ -57,10 +57,6 @@ def _ctx(request: web.Request) -> SignalingContext:
     return request.app[CONTEXT_KEY]
 
 
-def _problem(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"code": code, "message": message}, status=status)
-
-
 def _authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
     """The caller's identity, or a refusal (401/403) that is logged and counted."""
     ctx = _ctx(request)

@@ -45,9 +45,6 @@ class Identity:
     expires: float | None = None
     anonymous: bool = False
 
-    def may(self, role: Role) -> bool:
-        return self.role == role
-
 
 def load_keys(secret: str | None, key_file: Path | None) -> dict[str, bytes]:
     """The signing keys by key id: one `--secret` (id "default") and/or a key set file.

@@ -7,10 +7,13 @@ and logged.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from ..logs import session_logger
 from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
 from .messages import ErrorCode, ProtocolError, to_document
-from .registry import Claim
+from .registry import Claim, WorkerInfo
 from .worker_protocol import (
     FromWorker,
     SessionOpened,
@@ -19,11 +22,23 @@ from .worker_protocol import (
     WorkerSessionEnded,
 )
 
+log = logging.getLogger(__name__)
+
 
 class WorkerRelay:
     def __init__(self, ctx: SignalingContext, worker_id: str) -> None:
         self.ctx = ctx
         self.worker_id = worker_id
+
+    async def register(self, info: WorkerInfo) -> None:
+        """Add the worker; queued sessions it can take are placed on it at once."""
+        await publish_assignments(self.ctx, await self.ctx.registry.register(info))
+
+    async def heartbeat(self, info: WorkerInfo, load: dict[str, Any]) -> None:
+        if not await self.ctx.registry.heartbeat(info.worker_id, load):
+            # expired while still connected (a stall): its sessions went elsewhere; start afresh
+            log.warning("worker.re_register", extra={"worker": info.worker_id})
+            await self.register(info)
 
     async def from_worker(self, message: FromWorker) -> None:
         """A session-scoped message from the worker (not register/heartbeat)."""

@@ -27,8 +27,7 @@ from .messages import (
     SessionStarted,
     to_document,
 )
-from .registry import Claim
-from .relay import publish_assignments
+from .relay import WorkerRelay
 from .session_store import SessionRecord
 from .turn import ice_servers_for
 from .worker_protocol import CloseSession, OpenSession, SessionIce, SessionOffer
@@ -151,10 +150,9 @@ class SessionHandle:
                 worker_channel(worker_id),
                 to_document(CloseSession(self.session_id, "open_timeout")),
             )
-            served = await self.ctx.registry.release(Claim(worker_id, self.session_id))
-            await publish_assignments(self.ctx, served)
             await self._tell(Error(ErrorCode.WORKER_FAILED, "the worker did not open the session"))
-            await self._finish("worker_failed")
+            # as if the worker had ended it: the slot is freed and the queue served
+            await WorkerRelay(self.ctx, worker_id).session_ended(self.session_id, "worker_failed")
 
     # -- news on the session's channel -------------------------------------------------------
 

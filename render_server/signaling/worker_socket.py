@@ -12,7 +12,7 @@ from .auth import Identity
 from .context import SignalingContext, audit, worker_channel
 from .messages import Error, ErrorCode, ProtocolError, encode_message
 from .registry import WorkerInfo
-from .relay import WorkerRelay, publish_assignments
+from .relay import WorkerRelay
 from .worker_protocol import Heartbeat, Register, Registered, parse_from_worker
 
 log = logging.getLogger(__name__)
@@ -72,21 +72,16 @@ class WorkerSocket:
         )
         self.relay = WorkerRelay(self.ctx, message.worker_id)
         await self.ctx.bus.subscribe(worker_channel(message.worker_id), self._to_socket)
-        served = await self.ctx.registry.register(self.info)
+        await self.relay.register(self.info)
         audit("audit.worker.registered", worker=message.worker_id, slots=message.slots,
               subject=self.identity.subject)  # fmt: skip
         await self._send_text(encode_message(Registered(message.worker_id)))
-        await publish_assignments(self.ctx, served)
         return True
 
     async def _handle(self, message: Any) -> None:
         assert self.info is not None and self.relay is not None
         if isinstance(message, Heartbeat):
-            if not await self.ctx.registry.heartbeat(self.info.worker_id, message.load):
-                # expired while it was still connected (a stall): its sessions went elsewhere
-                log.warning("worker.re_register", extra={"worker": self.info.worker_id})
-                served = await self.ctx.registry.register(self.info)
-                await publish_assignments(self.ctx, served)
+            await self.relay.heartbeat(self.info, message.load)
         elif isinstance(message, Register):
             raise ProtocolError(ErrorCode.BAD_ORDER, "already registered")
         else:

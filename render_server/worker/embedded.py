@@ -15,8 +15,8 @@ from typing import Any
 from ..signaling.context import SignalingContext, worker_channel
 from ..signaling.messages import ProtocolError
 from ..signaling.registry import WorkerInfo
-from ..signaling.relay import WorkerRelay, publish_assignments
-from ..signaling.worker_protocol import FromWorker, Heartbeat, Register, parse_to_worker
+from ..signaling.relay import WorkerRelay
+from ..signaling.worker_protocol import FromWorker, Register, parse_to_worker
 from .local import LocalWorker
 from .serial import KeyedSerializer
 from .service import WorkerService
@@ -36,7 +36,7 @@ class EmbeddedWorker:
 
     async def start(self) -> None:
         await self.ctx.bus.subscribe(worker_channel(self.worker.worker_id), self._to_worker)
-        await self._register()
+        await self.relay.register(self._info())
         self._beat = asyncio.get_running_loop().create_task(self._heartbeats())
 
     async def stop(self) -> None:
@@ -45,18 +45,15 @@ class EmbeddedWorker:
         await self.service.close_all("server_stopping")
         await self.ctx.bus.unsubscribe(worker_channel(self.worker.worker_id))
 
-    async def _register(self) -> None:
+    def _info(self) -> WorkerInfo:
         reg: Register = self.service.registration()
-        info = WorkerInfo(reg.worker_id, reg.slots, reg.capabilities, reg.labels, reg.region,
+        return WorkerInfo(reg.worker_id, reg.slots, reg.capabilities, reg.labels, reg.region,
                           self.ctx.replica_id)  # fmt: skip
-        await publish_assignments(self.ctx, await self.ctx.registry.register(info))
 
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            beat: Heartbeat = self.service.heartbeat()
-            if not await self.ctx.registry.heartbeat(self.worker.worker_id, beat.load):
-                await self._register()
+            await self.relay.heartbeat(self._info(), self.service.heartbeat().load)
 
     async def _to_worker(self, doc: dict[str, Any]) -> None:
         message = parse_to_worker(json.dumps(doc))

@@ -90,6 +90,7 @@ class StreamSession:
         self.track: EncodedVideoTrack | None = None
         self.input_channel: RTCDataChannel | None = None
         self.frames = 0
+        self.dropped_ticks = 0
         self.peers = 0
         loop = asyncio.get_running_loop()
         # a browser that never offers, or whose ICE never connects, must not hold the slot
@@ -171,6 +172,7 @@ class StreamSession:
             extra={
                 "reason": reason,
                 "frames": self.frames,
+                "dropped_ticks": self.dropped_ticks,
                 "peers": self.peers,
                 "seconds": round(time.monotonic() - self._started_at, 1),
             },
@@ -181,6 +183,7 @@ class StreamSession:
         pc, track = self.pc, self.track
         self.pc = self.track = self.input_channel = None
         if track is not None:
+            self.dropped_ticks += track.dropped_ticks
             track.stop()
         if pc is not None:
             pc.remove_all_listeners()  # its closing is no news to this session

@@ -42,8 +42,7 @@ class EncodedVideoTrack(MediaStreamTrack):
         self._next_tick: float | None = None
         self._last_frame: float | None = None
         self._t0 = time.monotonic()
-        self.frames = 0
-        self.dropped_ticks = 0
+        self.dropped_ticks = 0  # frame times skipped because a frame took too long
 
     async def recv(self) -> av.Packet:
         loop = asyncio.get_running_loop()
@@ -71,7 +70,6 @@ class EncodedVideoTrack(MediaStreamTrack):
             if self.readyState != "live":
                 raise MediaStreamError
             if packet is not None:
-                self.frames += 1
                 if self._on_frame is not None:
                     self._on_frame(packet)
                 return packet
