@@ -1,15 +1,15 @@
-// The designer page: full-window stream, mouse/wheel/keyboard/touch input, a stats overlay.
+// The designer page: a full-window stream with a toolbar (quality, bitrate cap, mouse capture,
+// stats, fullscreen) and a stats panel. Everything stream-related lives in the SDK.
 import { RenderStream, State } from './render-stream.js';
 
-const stage = document.getElementById('stage');
-const video = document.getElementById('video');
-const statusBox = document.getElementById('status');
 const $ = (id) => document.getElementById(id);
+const stage = $('stage');
+const statusBox = $('status');
 
 // a token, where the server asks for one, comes in the URL's fragment (#token=...): the
 // fragment never leaves the browser, so it lands in no server log
 const fragment = new URLSearchParams(location.hash.slice(1));
-const stream = new RenderStream(video, { token: fragment.get('token') });
+const stream = new RenderStream(stage, { token: fragment.get('token') });
 window.renderStream = stream;  // for tests and the browser console
 
 function showStatus(text, isError = false) {
@@ -18,91 +18,87 @@ function showStatus(text, isError = false) {
   statusBox.classList.toggle('error', isError);
 }
 
+const REASONS = {
+  signaling_lost: 'the connection to the server dropped',
+  peer_lost: 'the video connection dropped',
+  worker_lost: 'the worker went away: moving to another one',
+};
+
 stream.addEventListener('state', ({ detail }) => {
   document.body.dataset.state = detail.state;
-  if (detail.state === State.CONNECTING) showStatus('Connecting…');
-  else if (detail.state === State.STREAMING) showStatus('');
-  else if (detail.state === State.QUEUED) showStatus('Every worker is busy: waiting in line…');
-  else if (detail.state === State.RECONNECTING) showStatus('The worker went away: moving to another one…');
-  else if (detail.state === State.ENDED) showStatus(`Session ended (${detail.reason || 'closed'}). Reload to start again.`);
-  else if (detail.state === State.ERROR) showStatus(`Error: ${detail.reason}`, true);
-});
-
-stream.addEventListener('stats', ({ detail: s }) => {
-  $('stat-fps').textContent = s.fps.toFixed(1);
-  $('stat-bitrate').textContent = s.kbps >= 1000 ? `${(s.kbps / 1000).toFixed(2)} Mbps` : `${s.kbps.toFixed(0)} kbps`;
-  $('stat-resolution').textContent = s.width ? `${s.width}×${s.height}` : '–';
-  $('stat-codec').textContent = s.codec || '–';
-  $('stat-rtt').textContent = s.rttMs === null ? '–' : `${s.rttMs.toFixed(1)} ms`;
-  $('stat-session').textContent = (s.sessionId || '').slice(0, 8);
-  $('stat-session').title = s.sessionId || '';
+  switch (detail.state) {
+    case State.CONNECTING: showStatus('Connecting…'); break;
+    case State.STREAMING: showStatus(stream.capture?.locked ? 'Mouse captured: Esc releases it' : ''); break;
+    case State.QUEUED: showStatus('Every worker is busy: waiting in line…'); break;
+    case State.RECONNECTING: showStatus(`Reconnecting (${REASONS[detail.reason] || detail.reason})…`); break;
+    case State.ENDED: showStatus(`Session ended (${detail.reason || 'closed'}). Reload to start again.`); break;
+    case State.ERROR: showStatus(`Error: ${detail.reason}`, true); break;
+    default: break;
+  }
 });
 
 stream.addEventListener('queue', ({ detail }) => {
   showStatus(`Every worker is busy: you are number ${detail.position} in line…`);
 });
 
+const ms = (value) => (value === null || value === undefined ? '–' : `${value.toFixed(1)} ms`);
+
+stream.addEventListener('stats', ({ detail: s }) => {
+  $('stat-fps').textContent = s.fps.toFixed(1);
+  $('stat-bitrate').textContent = s.kbps >= 1000 ? `${(s.kbps / 1000).toFixed(2)} Mbps` : `${s.kbps.toFixed(0)} kbps`;
+  $('stat-resolution').textContent = s.width ? `${s.width}×${s.height}` : '–';
+  $('stat-codec').textContent = s.codec || '–';
+  $('stat-loss').textContent = `${s.lossPercent.toFixed(2)} % (${s.packetsLost})`;
+  $('stat-jitter').textContent = ms(s.jitterMs);
+  $('stat-buffer').textContent = ms(s.jitterBufferDelayMs);
+  $('stat-decode').textContent = ms(s.decodeMs);
+  $('stat-rtt').textContent = ms(s.rttMs);
+  $('stat-session').textContent = (s.sessionId || '').slice(0, 8);
+  $('stat-session').title = s.sessionId || '';
+});
+
 stream.addEventListener('error', ({ detail }) => console.warn('render-server:', detail.code, detail.message));
 
-// -- input: every coordinate in units of the element's height --------------------------------
+// -- toolbar ----------------------------------------------------------------------------------
 
-function unit() { return stage.getBoundingClientRect().height || 1; }
-
-function position(event) {
-  const rect = stage.getBoundingClientRect();
-  return { x: (event.clientX - rect.left) / rect.height, y: (event.clientY - rect.top) / rect.height };
+function wantedQuality() {
+  const choice = $('quality').value;
+  const size = /^(\d+)x(\d+)$/.exec(choice);
+  const initial = stream.session || {};
+  const base = choice === 'window' ? { matchWindow: true }
+    : size ? { width: Number(size[1]), height: Number(size[2]) }
+      : { width: initial.width, height: initial.height, fps: initial.fps };
+  // "Auto" lifts any cap: the worker clamps to its own configured bitrate
+  return { ...base, maxKbps: Number($('bitrate').value) || 1000000 };
 }
 
-function sendPointer(action, event) {
-  const h = unit();
-  stream.sendInput({
-    type: 'pointer', action, ...position(event),
-    dx: (event.movementX || 0) / h, dy: (event.movementY || 0) / h,
-    buttons: event.buttons, shift: event.shiftKey,
-  });
+async function applyQuality() {
+  try {
+    await stream.setQuality(wantedQuality());
+  } catch (error) {
+    console.warn('render-server: quality not applied:', error.message);
+  }
+  stage.focus({ preventScroll: true });
 }
+$('quality').addEventListener('change', applyQuality);
+$('bitrate').addEventListener('change', applyQuality);
 
-stage.addEventListener('pointerdown', (event) => {
-  if (event.pointerType === 'touch') return;  // touch has its own handlers below
-  stage.focus();
-  stage.setPointerCapture(event.pointerId);
-  sendPointer('down', event);
+$('lock').addEventListener('click', () => stream.capture.lock().then(() => stage.focus({ preventScroll: true })));
+stage.addEventListener('pointerlockchange', ({ detail }) => {
+  document.body.classList.toggle('locked', detail.locked);
+  $('lock').textContent = detail.locked ? 'Esc releases the mouse' : 'Capture mouse';
+  if (stream.state === State.STREAMING) showStatus(detail.locked ? 'Mouse captured: Esc releases it' : '');
 });
-stage.addEventListener('pointermove', (event) => {
-  if (event.pointerType !== 'touch') sendPointer('move', event);
+
+$('toggle-stats').addEventListener('click', () => {
+  const hidden = $('overlay').classList.toggle('hidden');
+  $('toggle-stats').setAttribute('aria-pressed', String(!hidden));
 });
-stage.addEventListener('pointerup', (event) => {
-  if (event.pointerType !== 'touch') sendPointer('up', event);
+
+$('fullscreen').addEventListener('click', () => {
+  if (document.fullscreenElement) document.exitFullscreen();
+  else document.documentElement.requestFullscreen?.().catch(() => {});
 });
-stage.addEventListener('contextmenu', (event) => event.preventDefault());
-
-stage.addEventListener('wheel', (event) => {
-  event.preventDefault();
-  const scale = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? unit() : 1;
-  stream.sendInput({ type: 'wheel', dy: event.deltaY * scale });
-}, { passive: false });
-
-const NAVIGATION_KEYS = new Set(['ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', 'PageUp', 'PageDown', 'Space']);
-for (const action of ['down', 'up']) {
-  stage.addEventListener(`key${action}`, (event) => {
-    if (NAVIGATION_KEYS.has(event.code)) event.preventDefault();
-    if (event.repeat) return;
-    stream.sendInput({ type: 'key', action, code: event.code });
-  });
-}
-window.addEventListener('blur', () => stream.sendInput({ type: 'blur' }));
-
-function sendTouches(action, event) {
-  event.preventDefault();
-  const rect = stage.getBoundingClientRect();
-  const touches = [...event.touches].slice(0, 10).map((t) => ({
-    id: t.identifier, x: (t.clientX - rect.left) / rect.height, y: (t.clientY - rect.top) / rect.height,
-  }));
-  stream.sendInput({ type: 'touch', action, touches });
-}
-for (const [dom, action] of [['touchstart', 'start'], ['touchmove', 'move'], ['touchend', 'end'], ['touchcancel', 'cancel']]) {
-  stage.addEventListener(dom, (event) => sendTouches(action, event), { passive: false });
-}
 
 stream.start().then(() => stage.focus(), (error) => console.warn('render-server: cannot stream:', error.message));
 window.addEventListener('pagehide', () => stream.close('page_closed'));

@@ -1,7 +1,15 @@
-// Connection logic of the render server's web client: signaling socket, peer connection,
-// the `input` data channel and live statistics. Plain ES module, no dependencies.
+// The render server's browser SDK: one stream into a page element. Plain ES module, no build
+// step, no dependencies; typed by render-stream.d.ts (a test keeps the two in step).
+//
+//   import { RenderStream } from 'https://render.example/client/render-stream.js';
+//   const stream = await RenderStream.connect(document.querySelector('#view'), { token });
+
+import { InputCapture } from './input-capture.js';
+
+export { InputCapture };
 
 export const PROTOCOL_VERSION = 1;
+export const SUBPROTOCOL = 'render-server.v1';
 
 /** Connection states, in the order a healthy session goes through them. */
 export const State = Object.freeze({
@@ -14,7 +22,23 @@ export const State = Object.freeze({
   ERROR: 'error',
 });
 
-export const SUBPROTOCOL = 'render-server.v1';
+const TERMINAL = new Set([State.ENDED, State.ERROR]);
+const DEFAULT_RECONNECT = Object.freeze({ attempts: 8, baseDelayMs: 250, maxDelayMs: 4000 });
+const PEER_DISCONNECT_GRACE_MS = 1500;  // ICE "disconnected" often heals by itself
+const PEER_CONNECT_TIMEOUT_MS = 10000;
+const REQUEST_TIMEOUT_MS = 10000;
+const RESIZE_DEBOUNCE_MS = 300;
+// errors on resume that no retry can fix
+const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
+
+/** An error from the server or the worker, with its machine-readable code. */
+export class RenderStreamError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = 'RenderStreamError';
+    this.code = code;
+  }
+}
 
 function signalingUrl(server, path) {
   const url = new URL(path, server);
@@ -22,78 +46,164 @@ function signalingUrl(server, path) {
   return url.href;
 }
 
+function normalizeQuality(quality) {
+  if (quality === 'window') return { matchWindow: true };
+  return quality ? { ...quality } : null;
+}
+
+function even(n) { return Math.max(2, 2 * Math.floor(n / 2)); }
+
 /**
- * One stream from the render server into a <video> element.
- * Events: `state` ({state, reason}), `queue` ({position}), `stats` (figures, once a second),
- * `error` ({code, message}), `message` (data-channel messages from the worker).
+ * One stream from the render server into `element`: a <video>, or any container (the SDK puts
+ * a <video> in it and, unless `input: false`, captures mouse, keys, touch and gamepad on it).
+ *
+ * Events: `state` {state, reason}, `queue` {position}, `stats` (figures, once a second),
+ * `quality` (what the worker applied), `error` {code, message}, `message` (other worker messages).
  */
 export class RenderStream extends EventTarget {
-  /** Connects `video` to `server` and resolves once the first frame is playing. */
-  static async connect(video, options = {}) {
-    const stream = new RenderStream(video, options);
-    await stream.start();
-    return stream;
+  /** Connects and resolves once the first frame plays; rejects with the reason it cannot. */
+  static connect(element, options = {}) {
+    const stream = new RenderStream(element, options);
+    return stream.start().then(() => stream);
   }
 
-  constructor(video, {
-    server = location.origin, path = '/ws', token = null, requirements = null, statsIntervalMs = 1000,
+  constructor(element, {
+    server = location.origin, path = '/ws', token = null, requirements = null,
+    input = true, pointerLock = false, quality = null, statsIntervalMs = 1000,
+    reconnect = DEFAULT_RECONNECT,
   } = {}) {
     super();
-    this.video = video;
+    if (element instanceof HTMLVideoElement) {
+      this.video = element;
+      this.container = element.parentElement || element;
+    } else {
+      this.container = element;
+      this.video = element.querySelector('video') || element.appendChild(document.createElement('video'));
+      Object.assign(this.video.style, { width: '100%', height: '100%', objectFit: 'contain', display: 'block' });
+    }
+    this.video.autoplay = true;
+    this.video.muted = true;
+    this.video.playsInline = true;
     this.server = server;
     this.path = path;
     this.token = token;
     this.requirements = requirements;
-    this.resumeToken = null;
+    this.reconnectPolicy = { ...DEFAULT_RECONNECT, ...reconnect };
     this.statsIntervalMs = statsIntervalMs;
     this.state = State.IDLE;
-    this.session = null;  // {sessionId, workerId, width, height, fps, codec}
+    this.reason = '';
+    this.session = null;  // {sessionId, workerId, width, height, fps, codec, role}
+    this.resumeToken = null;
+    this.position = null;
+    this.quality = null;  // the worker's last `quality` message: what it renders now, its limits
     this.ws = null;
     this.pc = null;
     this.input = null;
+    this._wantedQuality = normalizeQuality(quality);
+    this._nextId = 1;
+    this._pending = new Map();  // request id → {resolve, reject, timer}
+    this._qualityWaiters = [];
+    this._attempt = 0;
+    this._retryTimer = null;
+    this._peerTimer = null;
     this._statsTimer = null;
     this._lastInbound = null;
+    this._frozen = false;
+    this._freeze = this._makeFreezeCanvas();
+    this._watchSize();
+    this.capture = !(element instanceof HTMLVideoElement) && input
+      ? new InputCapture(this, this.container, { pointerLock }) : null;
+    this.ready = new Promise((resolve, reject) => { this._ready = { resolve, reject }; });
+    this.ready.catch(() => {});  // a caller that never awaits `ready` must not see it unhandled
+    this.closed = new Promise((resolve) => { this._closed = resolve; });
   }
 
-  /** Opens the session; resolves when video plays, rejects with the reason it cannot. */
+  /** Opens the session; resolves when video plays (same promise as `ready`). */
   start() {
-    if (this.state !== State.IDLE) throw new Error(`already ${this.state}`);
+    if (this.state !== State.IDLE) return this.ready;
     this._setState(State.CONNECTING);
-    return new Promise((resolve, reject) => {
-      this._resolveStart = resolve;
-      this._rejectStart = reject;
-      // the token rides in a subprotocol: browsers cannot set headers on a WebSocket, and a
-      // token in the URL would end up in logs
-      const protocols = this.token ? [SUBPROTOCOL, `bearer.${this.token}`] : [SUBPROTOCOL];
-      const ws = new WebSocket(signalingUrl(this.server, this.path), protocols);
-      this.ws = ws;
-      ws.onopen = () => this._send(this.requirements
-        ? { type: 'session.start', requirements: this.requirements } : { type: 'session.start' });
-      ws.onmessage = (event) => this._onSignal(event.data);
-      ws.onclose = (event) => {
-        if ([State.CONNECTING, State.QUEUED, State.STREAMING, State.RECONNECTING].includes(this.state)) {
-          this._fail('signaling_closed', `signaling socket closed (${event.code}${event.reason ? ': ' + event.reason : ''})`);
-        }
-      };
-    });
+    this._openSocket(null);
+    return this.ready;
   }
 
-  /** Sends one input event (see the README's input protocol); false if the channel is not open. */
+  /** Sends one input event (see docs/data-channel.md); false if the channel is not open. */
   sendInput(event) {
     if (!this.input || this.input.readyState !== 'open') return false;
     this.input.send(JSON.stringify(event));
     return true;
   }
 
+  /**
+   * Asks the worker for a resolution, frame rate and bitrate cap: `{width, height, fps, maxKbps}`
+   * (any subset); `matchWindow: true` (or just `'window'`) renders at the element's size in
+   * device pixels and follows it on resize; `null` returns to the server's default. Resolves
+   * with what the worker applied.
+   */
+  setQuality(quality) {
+    this._wantedQuality = normalizeQuality(quality);
+    return this._sendQuality();
+  }
+
+  /** Asks the worker for a keyframe (rate-limited on the worker). */
+  requestKeyframe() { return this.sendInput({ type: 'keyframe' }); }
+
+  /** Runs a scene command on the worker (docs/data-channel.md); resolves with its result. */
+  command(name, args = {}) {
+    const id = this._nextId++;
+    return new Promise((resolve, reject) => {
+      if (!this.sendInput({ type: 'command', id, name, args })) {
+        reject(new RenderStreamError('not_connected', 'the stream is not connected'));
+        return;
+      }
+      const timer = setTimeout(() => {
+        this._pending.delete(id);
+        reject(new RenderStreamError('timeout', `no answer to ${name} in ${REQUEST_TIMEOUT_MS} ms`));
+      }, REQUEST_TIMEOUT_MS);
+      this._pending.set(id, { resolve, reject, timer });
+    });
+  }
+
   /** Ends the session and releases the worker slot. */
   close(reason = 'client_closed') {
-    if (this.state === State.ENDED || this.state === State.ERROR) return;
+    if (TERMINAL.has(this.state)) return;
     this._send({ type: 'session.end' });
     this._teardown();
     this._setState(State.ENDED, reason);
   }
 
   // -- signaling --------------------------------------------------------------------------
+
+  _openSocket(resume) {
+    // the token rides in a subprotocol: browsers cannot set headers on a WebSocket, and a
+    // token in the URL would end up in logs
+    const protocols = this.token ? [SUBPROTOCOL, `bearer.${this.token}`] : [SUBPROTOCOL];
+    let ws;
+    try {
+      ws = new WebSocket(signalingUrl(this.server, this.path), protocols);
+    } catch (error) {
+      this._fail('bad_server', error.message);
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = () => {
+      if (resume) this._send({ type: 'session.resume', ...resume });
+      else this._send(this.requirements ? { type: 'session.start', requirements: this.requirements } : { type: 'session.start' });
+    };
+    ws.onmessage = (event) => this._onSignal(event.data);
+    ws.onclose = (event) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      if (TERMINAL.has(this.state)) return;
+      const why = `signaling socket closed (${event.code}${event.reason ? ': ' + event.reason : ''})`;
+      if (this.session && this.resumeToken) {
+        // the media may still flow peer to peer: keep it, and get the session back
+        this._setState(State.RECONNECTING, 'signaling_lost');
+        this._retry(() => this._openSocket({ sessionId: this.session.sessionId, resumeToken: this.resumeToken }), why);
+      } else {
+        this._fail('signaling_closed', why);
+      }
+    };
+  }
 
   _send(message) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) {
@@ -105,33 +215,43 @@ export class RenderStream extends EventTarget {
     let message;
     try { message = JSON.parse(text); } catch { return; }
     switch (message.type) {
-      case 'session.started':
-        // a first start, or a new worker after the last one was lost: (re)negotiate
+      case 'session.started': {
         if (message.resumeToken) this.resumeToken = message.resumeToken;
+        const sameWorker = this.session && this.session.workerId === message.workerId;
         this.session = message;
-        if (this.pc) { this.pc.close(); this.pc = null; }
-        await this._negotiate(message.iceServers || []);
+        if (sameWorker && this.pc && this.pc.connectionState === 'connected') {
+          // a resumed signaling socket: the media never stopped
+          this._attempt = 0;
+          this._setState(State.STREAMING);
+          break;
+        }
+        await this._negotiate();
         break;
+      }
       case 'queue':
         this.position = message.position;
         if (this.state !== State.QUEUED) this._setState(State.QUEUED, `position ${message.position}`);
         this.dispatchEvent(new CustomEvent('queue', { detail: { position: message.position } }));
         break;
       case 'session.interrupted':
-        this._setState(State.RECONNECTING, message.reason);
+        this._freezeFrame();
+        this._setState(State.RECONNECTING, message.reason || 'worker_lost');
+        this._dropPeer();
         break;
       case 'answer':
-        await this.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp });
+        if (this.pc) await this.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp }).catch((e) => this._peerLost(`bad answer: ${e.message}`));
         break;
       case 'session.ended':
         this._teardown();
         this._setState(State.ENDED, message.reason);
-        this._rejectStart?.(new Error(`session ended: ${message.reason}`));
+        this._ready.reject(new RenderStreamError('ended', `session ended: ${message.reason}`));
         break;
       case 'error':
         this.dispatchEvent(new CustomEvent('error', { detail: message }));
         if (this.state === State.CONNECTING || this.state === State.QUEUED) {
           this._fail(message.code, message.message);
+        } else if (this.state === State.RECONNECTING && FINAL_RESUME_ERRORS.has(message.code)) {
+          this._fail(message.code, `cannot resume the session: ${message.message}`);
         }
         break;
       default:
@@ -139,13 +259,21 @@ export class RenderStream extends EventTarget {
     }
   }
 
-  async _negotiate(iceServers) {
-    const pc = new RTCPeerConnection({ iceServers });
+  // -- media ------------------------------------------------------------------------------
+
+  async _negotiate() {
+    this._dropPeer();
+    const pc = new RTCPeerConnection({ iceServers: this.session?.iceServers || [] });
     this.pc = pc;
     pc.addTransceiver('video', { direction: 'recvonly' });
-    this.input = pc.createDataChannel('input', { ordered: true });
-    this.input.onmessage = (event) => this._onWorkerMessage(event.data);
+    const channel = pc.createDataChannel('input', { ordered: true });
+    this.input = channel;
+    // a size to match the window waits for the worker's first `quality` message: its limits
+    channel.onopen = () => { if (this._wantedQuality && !this._wantedQuality.matchWindow) this._sendQuality().catch(() => {}); };
+    channel.onmessage = (event) => this._onWorkerMessage(event.data);
+    channel.onclose = () => { if (pc === this.pc) this._peerLost('data channel closed'); };
     pc.onicecandidate = ({ candidate }) => {
+      if (pc !== this.pc) return;
       this._send(candidate
         ? { type: 'ice', candidate: candidate.candidate, sdpMid: candidate.sdpMid, sdpMLineIndex: candidate.sdpMLineIndex }
         : { type: 'ice', candidate: '' });
@@ -155,36 +283,190 @@ export class RenderStream extends EventTarget {
       if ('jitterBufferTarget' in receiver) receiver.jitterBufferTarget = 0;
       this.video.srcObject = new MediaStream([track]);
       this.video.play().catch(() => {});
-      // a renegotiated stream may not fire `playing` again: streaming resumes at its first frame
-      this.video.requestVideoFrameCallback?.(() => this._onPlaying());
+      this._awaitFirstFrame(pc);
     };
     pc.onconnectionstatechange = () => {
-      if (pc.connectionState === 'failed') this._fail('peer_failed', 'the media connection failed');
+      if (pc !== this.pc) return;
+      const state = pc.connectionState;
+      clearTimeout(this._peerTimer);
+      if (state === 'failed' || state === 'closed') this._peerLost(`peer connection ${state}`);
+      else if (state === 'disconnected') {
+        this._peerTimer = setTimeout(() => this._peerLost('peer connection disconnected'), PEER_DISCONNECT_GRACE_MS);
+      }
     };
-    this.video.addEventListener('playing', () => this._onPlaying(), { once: true });
+    // a peer connection that never connects is as lost as one that dropped
+    this._peerTimer = setTimeout(() => {
+      if (pc === this.pc && pc.connectionState !== 'connected') this._peerLost('peer connection timed out');
+    }, PEER_CONNECT_TIMEOUT_MS);
     const offer = await pc.createOffer();
     await pc.setLocalDescription(offer);
-    this._send({ type: 'offer', sdp: pc.localDescription.sdp });
+    if (pc === this.pc) this._send({ type: 'offer', sdp: pc.localDescription.sdp });
   }
 
-  _onPlaying() {
+  _awaitFirstFrame(pc) {
+    const shown = () => { if (pc === this.pc) this._onStreaming(); };
+    if (this.video.requestVideoFrameCallback) this.video.requestVideoFrameCallback(shown);
+    else this.video.addEventListener('playing', shown, { once: true });
+  }
+
+  _onStreaming() {
     if (![State.CONNECTING, State.QUEUED, State.RECONNECTING].includes(this.state)) return;
+    this._attempt = 0;
+    this._unfreeze();
     this._setState(State.STREAMING);
-    this._statsTimer = setInterval(() => this._pollStats(), this.statsIntervalMs);
-    this._resolveStart?.(this);
-    this._resolveStart = this._rejectStart = null;
+    if (!this._statsTimer) this._statsTimer = setInterval(() => this._pollStats(), this.statsIntervalMs);
+    this._ready.resolve(this);
+  }
+
+  _peerLost(why) {
+    if (TERMINAL.has(this.state) || !this.pc) return;
+    this._freezeFrame();
+    this._dropPeer();
+    this._setState(State.RECONNECTING, 'peer_lost');
+    // a new offer on the same session: the worker keeps its camera, scene and encoder
+    this._retry(() => {
+      if (this.ws && this.ws.readyState === WebSocket.OPEN && this.session) this._negotiate();
+      // without a socket, the socket's own reconnect renegotiates on `session.started`
+    }, why);
+  }
+
+  _dropPeer() {
+    clearTimeout(this._peerTimer);
+    const pc = this.pc;
+    this.pc = null;
+    this.input = null;
+    if (pc) pc.close();
+  }
+
+  _retry(action, why) {
+    clearTimeout(this._retryTimer);
+    const { attempts, baseDelayMs, maxDelayMs } = this.reconnectPolicy;
+    if (this._attempt >= attempts) {
+      this._fail('reconnect_failed', `gave up after ${attempts} attempts: ${why}`);
+      return;
+    }
+    const delay = Math.min(maxDelayMs, baseDelayMs * 2 ** this._attempt) * (0.75 + Math.random() / 2);
+    this._attempt += 1;
+    this._retryTimer = setTimeout(action, delay);
   }
 
   _onWorkerMessage(text) {
     let message;
     try { message = JSON.parse(text); } catch { return; }
-    if (message.type === 'error') this.dispatchEvent(new CustomEvent('error', { detail: message }));
+    const pending = message.id !== undefined ? this._pending.get(message.id) : undefined;
+    if (pending && (message.type === 'result' || message.type === 'error')) {
+      this._pending.delete(message.id);
+      clearTimeout(pending.timer);
+      if (message.type === 'result') pending.resolve(message.value);
+      else pending.reject(new RenderStreamError(message.code, message.message));
+    }
+    if (message.type === 'quality') {
+      this.quality = message;
+      for (const waiter of this._qualityWaiters.splice(0)) waiter(message);
+      this.dispatchEvent(new CustomEvent('quality', { detail: message }));
+      if (this._wantedQuality?.matchWindow && this._windowPeer !== this.pc) {
+        this._windowPeer = this.pc;
+        this._sendQuality().catch(() => {});
+      }
+    } else if (message.type === 'error') {
+      this.dispatchEvent(new CustomEvent('error', { detail: message }));
+    }
     this.dispatchEvent(new CustomEvent('message', { detail: message }));
+  }
+
+  // -- quality ----------------------------------------------------------------------------
+
+  /** The element's size in device pixels, scaled down (keeping its shape) to the worker's limit. */
+  windowSize() {
+    const rect = this.container.getBoundingClientRect();
+    const dpr = window.devicePixelRatio || 1;
+    let width = rect.width * dpr;
+    let height = rect.height * dpr;
+    const maxW = this.quality?.maxWidth || Infinity;
+    const maxH = this.quality?.maxHeight || Infinity;
+    const scale = Math.min(1, maxW / width, maxH / height);
+    width *= scale; height *= scale;
+    return { width: even(width), height: even(height) };
+  }
+
+  _sendQuality() {
+    const wanted = this._wantedQuality;
+    const initial = this.session || {};
+    // null: back to the server's default size and rate, with no cap below the worker's own
+    let message = wanted ? { type: 'quality', ...wanted }
+      : { type: 'quality', width: initial.width, height: initial.height, fps: initial.fps, maxKbps: 1000000 };
+    if (wanted?.matchWindow) message = { ...message, ...this.windowSize() };
+    delete message.matchWindow;
+    for (const key of Object.keys(message)) if (message[key] === undefined) delete message[key];
+    return new Promise((resolve, reject) => {
+      if (!this.sendInput(message)) {
+        reject(new RenderStreamError('not_connected', 'the stream is not connected'));
+        return;
+      }
+      const timer = setTimeout(() => reject(new RenderStreamError('timeout', 'the worker did not confirm the quality')), REQUEST_TIMEOUT_MS);
+      this._qualityWaiters.push((applied) => { clearTimeout(timer); resolve(applied); });
+    });
+  }
+
+  _watchSize() {
+    let timer = null;
+    const changed = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        if (this._wantedQuality?.matchWindow && this.input?.readyState === 'open') this._sendQuality().catch(() => {});
+      }, RESIZE_DEBOUNCE_MS);
+    };
+    if ('ResizeObserver' in window) {
+      this._resizeObserver = new ResizeObserver(changed);
+      this._resizeObserver.observe(this.container);
+    }
+    // a window dragged to a screen of another pixel density changes devicePixelRatio only
+    const watchDpr = () => {
+      const query = matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`);
+      query.addEventListener('change', () => { changed(); watchDpr(); }, { once: true });
+    };
+    watchDpr();
+  }
+
+  // -- the frozen frame -------------------------------------------------------------------
+
+  _makeFreezeCanvas() {
+    const canvas = document.createElement('canvas');
+    canvas.className = 'render-stream-freeze';
+    canvas.setAttribute('aria-hidden', 'true');
+    Object.assign(canvas.style, {
+      position: 'absolute', inset: '0', width: '100%', height: '100%', objectFit: 'contain',
+      pointerEvents: 'none', display: 'none', background: 'transparent',
+    });
+    if (this.container !== this.video) {
+      if (getComputedStyle(this.container).position === 'static') this.container.style.position = 'relative';
+      this.video.after(canvas);
+    }
+    return canvas;
+  }
+
+  /** Keeps the last frame on screen while the media reconnects, instead of a black picture. */
+  _freezeFrame() {
+    if (this._frozen || !this.video.videoWidth || !this._freeze.isConnected) return;
+    this._freeze.width = this.video.videoWidth;
+    this._freeze.height = this.video.videoHeight;
+    this._freeze.getContext('2d').drawImage(this.video, 0, 0);
+    this._freeze.style.display = 'block';
+    this._frozen = true;
+  }
+
+  _unfreeze() {
+    this._freeze.style.display = 'none';
+    this._frozen = false;
   }
 
   // -- statistics -------------------------------------------------------------------------
 
-  /** The current figures: fps, kbps, width, height, codec, rttMs, framesDecoded, packetsLost. */
+  /**
+   * The current figures: fps, kbps, width, height, codec, rttMs, packetsLost, lossPercent,
+   * jitterMs, jitterBufferDelayMs, decodeMs, framesDecoded, framesDropped, freezeCount,
+   * nackCount, pliCount (rates over the time since the previous call).
+   */
   async stats() {
     if (!this.pc) return null;
     const report = await this.pc.getStats();
@@ -197,25 +479,34 @@ export class RenderStream extends EventTarget {
       else if (s.type === 'codec') codecs.set(s.id, s);
     });
     if (!inbound) return null;
-    const previous = this._lastInbound;
+    const previous = this._lastInbound && this._lastInbound.id === inbound.id ? this._lastInbound : null;
     this._lastInbound = inbound;
+    const delta = (key) => (previous ? (inbound[key] || 0) - (previous[key] || 0) : (inbound[key] || 0));
     const seconds = previous ? (inbound.timestamp - previous.timestamp) / 1000 : 0;
-    const kbps = seconds > 0 ? (8 * (inbound.bytesReceived - previous.bytesReceived)) / seconds / 1000 : 0;
-    const fps = seconds > 0 ? (inbound.framesDecoded - previous.framesDecoded) / seconds : (inbound.framesPerSecond || 0);
+    const frames = delta('framesDecoded');
+    const emitted = delta('jitterBufferEmittedCount');
+    const received = delta('packetsReceived');
+    const lost = delta('packetsLost');
     const codec = codecs.get(inbound.codecId);
     return {
       sessionId: this.session?.sessionId,
-      fps,
-      kbps,
+      fps: seconds > 0 ? frames / seconds : (inbound.framesPerSecond || 0),
+      kbps: seconds > 0 ? (8 * delta('bytesReceived')) / seconds / 1000 : 0,
       width: inbound.frameWidth || 0,
       height: inbound.frameHeight || 0,
       codec: codec ? codec.mimeType.replace(/^video\//, '') : '',
       rttMs: pair && pair.currentRoundTripTime !== undefined ? pair.currentRoundTripTime * 1000 : null,
+      packetsLost: inbound.packetsLost || 0,
+      lossPercent: received + lost > 0 ? (100 * Math.max(0, lost)) / (received + lost) : 0,
+      jitterMs: inbound.jitter !== undefined ? inbound.jitter * 1000 : null,
+      jitterBufferDelayMs: emitted > 0 ? (1000 * delta('jitterBufferDelay')) / emitted : null,
+      decodeMs: frames > 0 ? (1000 * delta('totalDecodeTime')) / frames : null,
       framesDecoded: inbound.framesDecoded || 0,
       framesDropped: inbound.framesDropped || 0,
-      packetsLost: inbound.packetsLost || 0,
-      jitterBufferDelayMs: inbound.jitterBufferEmittedCount
-        ? (1000 * inbound.jitterBufferDelay) / inbound.jitterBufferEmittedCount : null,
+      freezeCount: inbound.freezeCount || 0,
+      nackCount: inbound.nackCount || 0,
+      pliCount: inbound.pliCount || 0,
+      quality: this.quality,
     };
   }
 
@@ -229,25 +520,35 @@ export class RenderStream extends EventTarget {
   // -- lifecycle --------------------------------------------------------------------------
 
   _setState(state, reason = '') {
+    if (this.state === state && this.reason === reason) return;
     this.state = state;
+    this.reason = reason;
     this.dispatchEvent(new CustomEvent('state', { detail: { state, reason } }));
+    if (TERMINAL.has(state)) this._closed({ state, reason });
   }
 
   _fail(code, message) {
-    if (this.state === State.ENDED || this.state === State.ERROR) return;
+    if (TERMINAL.has(this.state)) return;
     this._teardown();
     this._setState(State.ERROR, `${code}: ${message}`);
-    this._rejectStart?.(Object.assign(new Error(message), { code }));
-    this._resolveStart = this._rejectStart = null;
+    this.dispatchEvent(new CustomEvent('error', { detail: { code, message } }));
+    this._ready.reject(new RenderStreamError(code, message));
   }
 
   _teardown() {
     clearInterval(this._statsTimer);
+    clearTimeout(this._retryTimer);
     this._statsTimer = null;
+    this._resizeObserver?.disconnect();
+    for (const { reject, timer } of this._pending.values()) {
+      clearTimeout(timer);
+      reject(new RenderStreamError('closed', 'the stream closed'));
+    }
+    this._pending.clear();
     const ws = this.ws;
     this.ws = null;
     if (ws) { ws.onclose = null; ws.close(); }
-    if (this.pc) { this.pc.close(); this.pc = null; }
-    this.input = null;
+    this._dropPeer();
+    this.capture?.detach();
   }
 }

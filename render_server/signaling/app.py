@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import logging
 import uuid
@@ -37,10 +38,12 @@ MAX_REST_BODY = 4096
 CONTEXT_KEY = web.AppKey("signaling", SignalingContext)
 BACKGROUND_KEY = web.AppKey("background", list)
 
-CSP = (
+CSP_BASE = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "media-src 'self' blob:; connect-src 'self' ws: wss:; frame-ancestors 'self'"
 )
+CSP = CSP_BASE
+EMBED_ORIGINS_PLACEHOLDER = "{{allowed_origins}}"
 
 
 @web.middleware
@@ -48,6 +51,11 @@ async def security_headers(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     response = await handler(request)
+    if request.path.startswith("/client/"):
+        # the SDK is public code: any site may load it as a module (which is a CORS fetch);
+        # who may then open a stream is the signaling socket's business (Origin, token)
+        response.headers.setdefault("Access-Control-Allow-Origin", "*")
+        response.headers.setdefault("Cross-Origin-Resource-Policy", "cross-origin")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "no-referrer")
     return response
@@ -105,6 +113,20 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(client_dir / "index.html", headers=headers)
 
 
+async def embed(request: web.Request) -> web.StreamResponse:
+    """The iframe embed: framable by the server's own pages and the allowed origins only."""
+    config = _ctx(request).config
+    origins = " ".join(config.allowed_origins)
+    template = (config.client_dir / "embed.html").read_text(encoding="utf-8")
+    # origins are validated URLs (config), but escape anyway: this lands in an attribute
+    page = template.replace(EMBED_ORIGINS_PLACEHOLDER, html.escape(origins, quote=True))
+    csp = CSP_BASE.replace("frame-ancestors 'self'", f"frame-ancestors 'self' {origins}".strip())
+    return web.Response(
+        text=page, content_type="text/html",
+        headers={"Cache-Control": "no-cache", "Content-Security-Policy": csp},
+    )  # fmt: skip
+
+
 # -- sockets --------------------------------------------------------------------------------------
 
 
@@ -125,9 +147,11 @@ async def browser_socket(request: web.Request) -> web.StreamResponse:
     ws, identity = await _socket(request, BROWSER_ROLES)
     ctx = _ctx(request)
     ctx.metrics.connections.inc()
+    ctx.browser_sockets.add(ws)
     try:
         await BrowserConnection(ws, ctx, identity).run()
     finally:
+        ctx.browser_sockets.discard(ws)
         ctx.metrics.connections.dec()
     return ws
 
@@ -320,6 +344,13 @@ async def _start_background(app: web.Application) -> None:
     app[BACKGROUND_KEY].append(asyncio.get_running_loop().create_task(_sweep(ctx)))
 
 
+async def _close_browser_sockets(app: web.Application) -> None:
+    # 1001 "going away": the SDK resumes its session on another replica straight away
+    for ws in list(app[CONTEXT_KEY].browser_sockets):
+        with contextlib.suppress(Exception):
+            await ws.close(code=1001, message=b"server shutting down")
+
+
 async def _stop_background(app: web.Application) -> None:
     for task in app[BACKGROUND_KEY]:
         task.cancel()
@@ -336,8 +367,10 @@ def create_app(ctx: SignalingContext) -> web.Application:
     app[CONTEXT_KEY] = ctx
     app[BACKGROUND_KEY] = []
     app.on_startup.append(_start_background)
+    app.on_shutdown.append(_close_browser_sockets)
     app.on_cleanup.append(_stop_background)
     app.router.add_get("/", index)
+    app.router.add_get("/embed", embed)
     app.router.add_get("/ws", browser_socket)
     app.router.add_get("/worker", worker_socket)
     app.router.add_post("/api/sessions", create_session)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,3 +45,5 @@ class SignalingContext:
     auth: Authenticator
     replica_id: str
     handles: dict[str, SessionHandle] = field(default_factory=dict)
+    # the browsers' sockets, closed with 1001 on shutdown so that clients resume elsewhere at once
+    browser_sockets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)

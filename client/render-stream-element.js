@@ -1,0 +1,53 @@
+// <render-stream server="https://render.example" token="…"></render-stream>: the stream in one
+// line of HTML. Attributes: server, token, quality ("window", or "1280x720"), max-kbps,
+// pointer-lock (boolean), no-input (boolean). The element re-dispatches the stream's events
+// (state, queue, stats, quality, error, message) and exposes the stream as `.stream`.
+
+import { RenderStream } from './render-stream.js';
+
+const FORWARDED = ['state', 'queue', 'stats', 'quality', 'error', 'message'];
+
+function parseQuality(text, maxKbps) {
+  const quality = {};
+  if (text === 'window') return 'window';
+  const size = /^(\d{2,5})x(\d{2,5})$/.exec(text || '');
+  if (size) { quality.width = Number(size[1]); quality.height = Number(size[2]); }
+  if (maxKbps) quality.maxKbps = Number(maxKbps);
+  return Object.keys(quality).length ? quality : null;
+}
+
+export class RenderStreamElement extends HTMLElement {
+  constructor() {
+    super();
+    this.stream = null;
+  }
+
+  connectedCallback() {
+    if (this.stream) return;
+    if (!this.style.display) this.style.display = 'block';
+    this.stream = new RenderStream(this, {
+      server: this.getAttribute('server') || location.origin,
+      token: this.getAttribute('token'),
+      input: !this.hasAttribute('no-input'),
+      pointerLock: this.hasAttribute('pointer-lock'),
+      quality: parseQuality(this.getAttribute('quality'), this.getAttribute('max-kbps')),
+    });
+    for (const type of FORWARDED) {
+      this.stream.addEventListener(type, (event) => {
+        this.dataset.state = this.stream.state;
+        this.dispatchEvent(new CustomEvent(type, { detail: event.detail }));
+      });
+    }
+    this.stream.start().catch(() => {});  // failures arrive as `state` and `error` events
+  }
+
+  disconnectedCallback() {
+    this.stream?.close('element_removed');
+    this.stream = null;
+  }
+
+  /** Resolves with the stream once it plays. */
+  get ready() { return this.stream ? this.stream.ready : Promise.reject(new Error('not in the document')); }
+}
+
+if (!customElements.get('render-stream')) customElements.define('render-stream', RenderStreamElement);

@@ -1,0 +1,167 @@
+// Types of the render server's browser SDK (render-stream.js). A test compares the exports
+// declared here with the module's real exports, so the two cannot drift.
+
+export declare const PROTOCOL_VERSION: 1;
+export declare const SUBPROTOCOL: 'render-server.v1';
+
+export declare const State: Readonly<{
+  IDLE: 'idle';
+  CONNECTING: 'connecting';
+  QUEUED: 'queued';
+  STREAMING: 'streaming';
+  RECONNECTING: 'reconnecting';
+  ENDED: 'ended';
+  ERROR: 'error';
+}>;
+export type StreamState = (typeof State)[keyof typeof State];
+
+/** An error from the server or the worker, with its machine-readable code. */
+export declare class RenderStreamError extends Error {
+  constructor(code: string, message: string);
+  readonly code: string;
+}
+
+export interface Quality {
+  width?: number;
+  height?: number;
+  fps?: number;
+  maxKbps?: number;
+  /** Render at the element's size in device pixels, and follow it on resize. */
+  matchWindow?: boolean;
+}
+
+/** What the worker renders and sends now, and its limits (the worker's `quality` message). */
+export interface AppliedQuality {
+  type: 'quality';
+  width: number;
+  height: number;
+  fps: number;
+  maxKbps: number;
+  maxWidth: number;
+  maxHeight: number;
+}
+
+export interface ReconnectPolicy {
+  attempts?: number;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+}
+
+export interface RenderStreamOptions {
+  /** The render server's base URL; the page's own origin by default. */
+  server?: string;
+  path?: string;
+  /** A JWT (viewer or controller role) where the server requires one. */
+  token?: string | null;
+  /** Worker requirements: labels, region, minimum free slots (see the REST API). */
+  requirements?: Record<string, unknown> | null;
+  /** Capture mouse, keys, touch and gamepad on a container element (default true). */
+  input?: boolean;
+  /** A click on the element captures the mouse; Esc releases it. */
+  pointerLock?: boolean;
+  quality?: Quality | 'window' | null;
+  statsIntervalMs?: number;
+  reconnect?: ReconnectPolicy;
+}
+
+export interface SessionInfo {
+  type: 'session.started';
+  sessionId: string;
+  workerId: string;
+  width: number;
+  height: number;
+  fps: number;
+  codec: string;
+  role: 'controller' | 'viewer';
+  iceServers?: RTCIceServer[];
+}
+
+export interface StreamStats {
+  sessionId?: string;
+  fps: number;
+  kbps: number;
+  width: number;
+  height: number;
+  codec: string;
+  rttMs: number | null;
+  packetsLost: number;
+  lossPercent: number;
+  jitterMs: number | null;
+  jitterBufferDelayMs: number | null;
+  decodeMs: number | null;
+  framesDecoded: number;
+  framesDropped: number;
+  freezeCount: number;
+  nackCount: number;
+  pliCount: number;
+  quality: AppliedQuality | null;
+}
+
+export interface StateDetail { state: StreamState; reason: string }
+export interface ErrorDetail { code: string; message: string; id?: number }
+
+export interface RenderStreamEventMap {
+  state: CustomEvent<StateDetail>;
+  queue: CustomEvent<{ position: number }>;
+  stats: CustomEvent<StreamStats>;
+  quality: CustomEvent<AppliedQuality>;
+  error: CustomEvent<ErrorDetail>;
+  message: CustomEvent<Record<string, unknown>>;
+}
+
+/** Input events of the data channel (docs/data-channel.md). */
+export type InputEvent =
+  | { type: 'pointer'; action: 'down' | 'move' | 'up'; x: number; y: number; dx: number; dy: number; buttons: number; shift?: boolean; locked?: boolean }
+  | { type: 'wheel'; dy: number }
+  | { type: 'key'; action: 'down' | 'up'; code: string }
+  | { type: 'touch'; action: 'start' | 'move' | 'end' | 'cancel'; touches: { id: number; x: number; y: number }[] }
+  | { type: 'gamepad'; axes: number[]; buttons: number[] }
+  | { type: 'blur' };
+
+export declare class RenderStream extends EventTarget {
+  /** Connects `element` and resolves once the first frame plays. */
+  static connect(element: HTMLElement, options?: RenderStreamOptions): Promise<RenderStream>;
+  constructor(element: HTMLElement, options?: RenderStreamOptions);
+
+  readonly video: HTMLVideoElement;
+  readonly container: HTMLElement;
+  readonly state: StreamState;
+  readonly reason: string;
+  readonly session: SessionInfo | null;
+  readonly quality: AppliedQuality | null;
+  readonly position: number | null;
+  readonly capture: InputCapture | null;
+  /** Resolves when the first frame plays; rejects if the stream fails before. */
+  readonly ready: Promise<RenderStream>;
+  /** Resolves when the stream ends or fails for good. */
+  readonly closed: Promise<StateDetail>;
+
+  start(): Promise<RenderStream>;
+  sendInput(event: InputEvent | Record<string, unknown>): boolean;
+  setQuality(quality: Quality | 'window' | null): Promise<AppliedQuality>;
+  requestKeyframe(): boolean;
+  /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay). */
+  command<T = unknown>(name: string, args?: Record<string, unknown>): Promise<T>;
+  stats(): Promise<StreamStats | null>;
+  windowSize(): { width: number; height: number };
+  close(reason?: string): void;
+
+  addEventListener<K extends keyof RenderStreamEventMap>(type: K, listener: (event: RenderStreamEventMap[K]) => void, options?: boolean | AddEventListenerOptions): void;
+  addEventListener(type: string, listener: EventListenerOrEventListenerObject | null, options?: boolean | AddEventListenerOptions): void;
+}
+
+export interface InputCaptureOptions {
+  pointerLock?: boolean;
+  keyboard?: boolean;
+  gamepad?: boolean;
+}
+
+/** Mouse, wheel, keys, touch and gamepad on `surface` → `stream.sendInput`. */
+export declare class InputCapture {
+  constructor(stream: { sendInput(event: InputEvent): boolean }, surface: HTMLElement, options?: InputCaptureOptions);
+  pointerLock: boolean;
+  readonly locked: boolean;
+  lock(): Promise<void>;
+  unlock(): void;
+  detach(): void;
+}
