@@ -60,23 +60,29 @@ class CpuRenderer:
     """Draws `scene` at `width` × `height` on the calling thread (numba releases the GIL).
 
     `render` returns a frame buffer owned by the renderer and overwritten by the next call.
-    One renderer serves one thread at a time; create one per session. The scene must not
+    One renderer serves one thread at a time; create one per session. A scene object must not
     change once drawn: its tables and shadow map are built once per scene object and shared.
+    To show an edited scene, build a new `Scene` and hand it to `set_scene`.
     """
 
     def __init__(self, scene: Scene, width: int, height: int) -> None:
         if not (1 <= width <= 8192 and 1 <= height <= 8192):
             raise ValueError(f"frame size {width}x{height} is outside 1..8192")
-        self.scene = scene
         self.width = width
         self.height = height
-        self._prepared = _prepare(scene)
+        self.set_scene(scene)
         self._depth = np.empty((height, width), dtype=np.float32)
         self._ids = np.empty((height, width), dtype=np.int32)
-        self._planes = np.zeros((scene.triangle_count, 10), dtype=np.float64)
         self._row_lo = np.empty(height, dtype=np.int32)
         self._row_hi = np.empty(height, dtype=np.int32)
         self._frame = np.empty((height, width, 3), dtype=np.uint8)
+
+    def set_scene(self, scene: Scene) -> None:
+        """Draw `scene` from the next frame on (its tables are built here unless cached)."""
+        prepared = _prepare(scene)
+        self.scene = scene
+        self._prepared = prepared
+        self._planes = np.zeros((scene.triangle_count, 10), dtype=np.float64)
 
     def render(self, camera: OrbitCamera) -> np.ndarray:
         """The frame for `camera`: (height, width, 3) uint8 sRGB, reused by the next call."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,11 @@ class Scene:
     """Triangles in world space with per-corner normals, their materials and a directional sun.
 
     `light_direction` is the unit vector the sunlight travels along (pointing down for a sun
-    above); `light_color` is its linear RGB intensity. The bounds are derived from the positions.
+    above); `light_color` is its linear RGB intensity. `objects` names the scene's parts (the
+    node names of a glTF/OBJ file) and `object_ids` gives each triangle's part; without them
+    the whole scene is one object, "scene". The bounds are derived from the positions, or given
+    as `bounds` (min, max): a scene derived from another (some objects hidden) keeps its
+    parent's bounds, and only with given bounds may a scene hold no triangles at all.
     """
 
     positions: np.ndarray  # float32 (T, 3, 3): triangle corners, counter-clockwise is the front
@@ -65,15 +69,18 @@ class Scene:
         default_factory=lambda: np.array(DEFAULT_LIGHT_DIRECTION, dtype=np.float32)
     )
     light_color: tuple[float, float, float] = DEFAULT_LIGHT_COLOR
+    objects: list[str] = field(default_factory=lambda: ["scene"])
+    object_ids: np.ndarray | None = None  # int32 (T,): index into `objects`; None: all 0
+    bounds: InitVar[tuple[np.ndarray, np.ndarray] | None] = None
     bounds_min: np.ndarray = field(init=False)  # float32 (3,)
     bounds_max: np.ndarray = field(init=False)  # float32 (3,)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, bounds: tuple[np.ndarray, np.ndarray] | None) -> None:
         self.positions = np.ascontiguousarray(self.positions, dtype=np.float32)
         self.normals = np.ascontiguousarray(self.normals, dtype=np.float32)
         self.material_ids = np.ascontiguousarray(self.material_ids, dtype=np.int32)
         count = self.positions.shape[0] if self.positions.ndim == 3 else -1
-        if count <= 0 or self.positions.shape != (count, 3, 3):
+        if count < (0 if bounds is not None else 1) or self.positions.shape != (count, 3, 3):
             raise SceneError(f"positions must be (T, 3, 3) with T > 0, got {self.positions.shape}")
         if self.normals.shape != (count, 3, 3):
             raise SceneError(f"normals must be {(count, 3, 3)}, got {self.normals.shape}")
@@ -84,12 +91,22 @@ class Scene:
         if not np.isfinite(self.normals).all():
             raise SceneError("normals hold non-finite values")
         length = np.linalg.norm(self.normals, axis=2)
-        if np.abs(length - 1.0).max() > 1e-3:
+        if count and np.abs(length - 1.0).max() > 1e-3:
             raise SceneError("normals must be unit vectors")
         if not self.materials:
             raise SceneError("a scene needs at least one material")
-        if self.material_ids.min() < 0 or self.material_ids.max() >= len(self.materials):
+        if count and (
+            self.material_ids.min() < 0 or self.material_ids.max() >= len(self.materials)
+        ):
             raise SceneError(f"material_ids must lie in [0, {len(self.materials)})")
+        if not self.objects or not all(isinstance(name, str) for name in self.objects):
+            raise SceneError("objects must be a non-empty list of names")
+        ids = np.zeros(count, np.int32) if self.object_ids is None else self.object_ids
+        self.object_ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if self.object_ids.shape != (count,):
+            raise SceneError(f"object_ids must be ({count},), got {self.object_ids.shape}")
+        if count and (self.object_ids.min() < 0 or self.object_ids.max() >= len(self.objects)):
+            raise SceneError(f"object_ids must lie in [0, {len(self.objects)})")
         light = np.asarray(self.light_direction, dtype=np.float64).reshape(3)
         norm = float(np.linalg.norm(light))
         if not math.isfinite(norm) or norm < 1e-9:
@@ -97,8 +114,14 @@ class Scene:
         self.light_direction = (light / norm).astype(np.float32)
         if len(self.light_color) != 3 or not all(math.isfinite(c) for c in self.light_color):
             raise SceneError("light_color must be three finite numbers")
-        self.bounds_min = self.positions.reshape(-1, 3).min(axis=0)
-        self.bounds_max = self.positions.reshape(-1, 3).max(axis=0)
+        if bounds is not None:
+            lo, hi = (np.asarray(b, dtype=np.float32).reshape(3) for b in bounds)
+            if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (lo <= hi).all()):
+                raise SceneError("bounds must be finite with min <= max")
+            self.bounds_min, self.bounds_max = lo, hi
+        else:
+            self.bounds_min = self.positions.reshape(-1, 3).min(axis=0)
+            self.bounds_max = self.positions.reshape(-1, 3).max(axis=0)
 
     @property
     def triangle_count(self) -> int:
@@ -166,6 +189,12 @@ def srgb_to_linear(c: np.ndarray) -> np.ndarray:
     return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
 
 
+def linear_to_srgb(c: np.ndarray) -> np.ndarray:
+    """Linear values in 0..1 → sRGB-encoded values (the inverse of `srgb_to_linear`)."""
+    c = np.clip(np.asarray(c, dtype=np.float64), 0.0, 1.0)
+    return np.where(c <= 0.0031308, c * 12.92, 1.055 * c ** (1 / 2.4) - 0.055)
+
+
 # -- conversion from trimesh ----------------------------------------------------------------------
 
 
@@ -200,14 +229,15 @@ def _from_trimesh(
     loaded: trimesh.Scene, source: str, obj: bool, limits: SceneLimits | None = None
 ) -> Scene:
     """Flatten a trimesh scene graph into world-space triangles."""
-    instances: list[tuple[np.ndarray, str]] = []
+    instances: list[tuple[np.ndarray, str, str]] = []  # transform, geometry, node
     total = 0
     # trimesh's graph order differs between a built and a reloaded scene; names are stable
     for node in sorted(loaded.graph.nodes_geometry, key=str):
         transform, geometry_name = loaded.graph[node]
         mesh = loaded.geometry.get(str(geometry_name))
         if isinstance(mesh, trimesh.Trimesh) and len(mesh.faces):
-            instances.append((np.asarray(transform, dtype=np.float64), str(geometry_name)))
+            transform = np.asarray(transform, dtype=np.float64)
+            instances.append((transform, str(geometry_name), str(node)))
             total += len(mesh.faces)
     if limits is not None and total > limits.max_triangles:
         raise SceneError(
@@ -220,8 +250,9 @@ def _from_trimesh(
     materials: list[Material] = []
     material_index: dict[Material, int] = {}
     corners: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
-    positions, normals, material_ids = [], [], []
-    for transform, name in instances:
+    positions, normals, material_ids, object_ids = [], [], [], []
+    objects: list[str] = []
+    for transform, name, node_name in instances:
         if name not in corners:
             mesh = loaded.geometry[name]
             material = _material(mesh, name, obj)
@@ -248,6 +279,8 @@ def _from_trimesh(
         positions.append(world)
         normals.append(world_n)
         material_ids.append(np.full(len(world), mid, dtype=np.int32))
+        object_ids.append(np.full(len(world), len(objects), dtype=np.int32))
+        objects.append(node_name)
     if not positions:
         raise SceneError(f"{source}: the scene holds no drawable triangles")
     all_positions = np.concatenate(positions).astype(np.float32)
@@ -258,6 +291,8 @@ def _from_trimesh(
         normals=np.concatenate(normals).astype(np.float32),
         material_ids=np.concatenate(material_ids),
         materials=materials,
+        objects=objects,
+        object_ids=np.concatenate(object_ids),
     )
 
 
