@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from render_server.render import OrbitCamera
 from render_server.worker.controls import CameraController
 from render_server.worker.input_events import (
     BlurEvent,
+    GamepadEvent,
     KeyEvent,
     PointerEvent,
     TouchEvent,
@@ -114,3 +116,69 @@ def test_snapshots_are_independent(controller: CameraController) -> None:
     snap = controller.snapshot()
     controller.apply(drag(0.2, 0.0))
     assert snap.state() != controller.camera.state()
+
+
+def test_a_locked_pointer_looks_around_without_buttons(controller: CameraController) -> None:
+    cam = controller.camera
+    yaw, pitch, target = cam.yaw, cam.pitch, cam.target
+    controller.apply(PointerEvent("move", 0.5, 0.5, 0.1, 0.05, 0, locked=True))
+    assert cam.yaw == pytest.approx(yaw - 0.1 * math.pi)
+    assert cam.pitch == pytest.approx(pitch + 0.05 * math.pi)
+    assert cam.target == target
+    # with the right button, or shift, it pans as an unlocked drag does
+    controller.apply(PointerEvent("move", 0.5, 0.5, 0.1, 0.0, 2, locked=True))
+    controller.apply(PointerEvent("move", 0.5, 0.5, 0.1, 0.0, 0, shift=True, locked=True))
+    assert cam.yaw == pytest.approx(yaw - 0.1 * math.pi)
+    assert cam.target != target
+    # unlocked, a move without buttons is a hover
+    before = cam.state()
+    controller.apply(PointerEvent("move", 0.5, 0.5, 0.1, 0.05, 0))
+    assert cam.state() == before
+
+
+def test_a_gamepads_sticks_move_and_orbit_over_ticks(controller: CameraController) -> None:
+    cam = controller.camera
+    yaw, target = cam.yaw, cam.target
+    controller.apply(GamepadEvent(axes=(0.0, -1.0, 0.0, 0.0), buttons=()))  # left stick forward
+    controller.tick(0.1)
+    forward = np.subtract(cam.target, target)
+    # as KeyW does: along the ground, away from the eye
+    keyed = CameraController(OrbitCamera.framed_on((-5.0, 0.0, -5.0), (5.0, 3.0, 5.0)))
+    keyed.apply(KeyEvent("down", "KeyW"))
+    keyed.tick(0.1)
+    assert forward == pytest.approx(np.subtract(keyed.camera.target, target))
+    assert cam.yaw == yaw
+    controller.tick(0.1)  # the state holds until the next one
+    assert np.linalg.norm(np.subtract(cam.target, target)) == pytest.approx(
+        2 * np.linalg.norm(forward)
+    )
+    moved = cam.target
+    controller.apply(GamepadEvent(axes=(0.1, 0.1, 1.0, 0.0), buttons=()))  # dead zone; right
+    controller.tick(0.1)
+    assert cam.target == moved
+    assert cam.yaw < yaw  # the right stick turns the way a drag to the right does
+    turned = cam.yaw
+    controller.apply(GamepadEvent(axes=(), buttons=(0.0,) * 7 + (1.0,)))  # right trigger: up
+    controller.tick(0.1)
+    assert cam.target[1] > moved[1] and cam.yaw == turned
+    risen = cam.target
+    controller.apply(GamepadEvent(axes=(0.05, 0.0, 0.0, 0.0), buttons=(0.0,) * 8))  # at rest
+    controller.tick(0.1)
+    assert cam.target == risen and cam.yaw == turned
+
+
+def test_blur_stops_the_gamepad(controller: CameraController) -> None:
+    cam = controller.camera
+    controller.apply(GamepadEvent(axes=(1.0, 0.0, 0.0, 1.0), buttons=()))
+    controller.tick(0.1)
+    moved = cam.state()
+    controller.apply(BlurEvent())
+    controller.tick(0.1)
+    assert cam.state() == moved
+
+
+def test_reset_returns_to_the_initial_framing(controller: CameraController) -> None:
+    start = controller.camera.state()
+    controller.apply(drag(0.2, 0.1))
+    controller.reset()
+    assert controller.camera.state() == start

@@ -1,7 +1,9 @@
-"""Input events from the browser's `input` data channel, validated into typed objects.
+"""Messages from the browser's `input` data channel, validated into typed objects.
 
 Coordinates and deltas are in units of the video element's height (so a drag means the same on
 any screen size); wheel deltas are in CSS pixels. Unknown key codes are accepted and ignored.
+Besides input events the channel carries requests: stream quality, a keyframe, and scene
+commands (whose arguments `scene_commands` validates). docs/data-channel.md is the reference.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ MAX_COORD: Final = 100.0  # a pointer far outside any sane element
 MAX_DELTA: Final = 10.0
 MAX_WHEEL: Final = 10_000.0
 MAX_KEY_CODE_CHARS: Final = 32
+MAX_GAMEPAD_AXES: Final = 8
+MAX_GAMEPAD_BUTTONS: Final = 32
+MAX_QUALITY_SIDE: Final = 100_000  # asked-for sizes are clamped; this only refuses nonsense
+MAX_QUALITY_FPS: Final = 1000.0
+MAX_QUALITY_KBPS: Final = 10_000_000.0
+MAX_COMMAND_ID: Final = 2**31 - 1
+MAX_NAME_CHARS: Final = 64
 
 
 class InputError(CodedError):
@@ -35,6 +44,7 @@ class PointerEvent:
     dy: float
     buttons: int  # the DOM's bitmask: 1 left, 2 right, 4 middle
     shift: bool = False
+    locked: bool = False  # pointer lock: a move without buttons looks around
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,48 @@ class BlurEvent:
     """The page lost focus: keys held down will never see their key-up."""
 
 
-InputEvent = PointerEvent | WheelEvent | KeyEvent | TouchEvent | BlurEvent
+@dataclass(frozen=True)
+class GamepadEvent:
+    """The latest state of a standard-mapping gamepad (axes in -1..1, buttons in 0..1)."""
+
+    axes: tuple[float, ...]
+    buttons: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class QualityRequest:
+    """Stream quality wanted by the browser; None leaves a figure as it is. Clamped later."""
+
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    max_kbps: float | None = None
+
+
+@dataclass(frozen=True)
+class KeyframeRequest:
+    """The browser's decoder needs an IDR (as a PLI asks, but from the page)."""
+
+
+@dataclass(frozen=True)
+class SceneCommand:
+    """A named scene command; `args` is a JSON object checked by the command itself."""
+
+    name: str
+    args: dict[str, Any]
+    id: int | None = None
+
+
+class CommandError(InputError):
+    """A command refused: answered with the command's id so the page can match it."""
+
+    def __init__(self, code: str, message: str, id: int | None = None) -> None:
+        super().__init__(code, message)
+        self.id = id
+
+
+CameraInput = PointerEvent | WheelEvent | KeyEvent | TouchEvent | BlurEvent | GamepadEvent
+InputEvent = CameraInput | QualityRequest | KeyframeRequest | SceneCommand
 
 
 def _number(doc: dict[str, Any], key: str, limit: float, default: float | None = None) -> float:
@@ -85,13 +136,78 @@ def _choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...]) -> Any:
     return value
 
 
+def _flag(doc: dict[str, Any], key: str) -> bool:
+    value = doc.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError("bad_input", f"`{key}` must be true or false")
+    return value
+
+
+def _numbers(doc: dict[str, Any], key: str, count: int, lo: float, hi: float) -> tuple[float, ...]:
+    raw = doc.get(key, [])
+    if not isinstance(raw, list) or len(raw) > count:
+        raise InputError("bad_input", f"`{key}` must be a list of at most {count} numbers")
+    values = []
+    for value in raw:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError("bad_input", f"`{key}` must hold numbers in {lo:g}..{hi:g}")
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise InputError("bad_input", f"`{key}` must hold numbers in {lo:g}..{hi:g}")
+        values.append(float(value))
+    return tuple(values)
+
+
+def _gamepad(doc: dict[str, Any]) -> GamepadEvent:
+    return GamepadEvent(
+        axes=_numbers(doc, "axes", MAX_GAMEPAD_AXES, -1.0, 1.0),
+        buttons=_numbers(doc, "buttons", MAX_GAMEPAD_BUTTONS, 0.0, 1.0),
+    )
+
+
+def _positive(doc: dict[str, Any], key: str, limit: float) -> float | None:
+    if key not in doc:
+        return None
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError("bad_input", f"`{key}` must be a finite number")
+    if not 0 < value <= limit:
+        raise InputError("bad_input", f"`{key}` must lie in (0, {limit:g}]")
+    return float(value)
+
+
+def _quality(doc: dict[str, Any]) -> QualityRequest:
+    width = _positive(doc, "width", MAX_QUALITY_SIDE)
+    height = _positive(doc, "height", MAX_QUALITY_SIDE)
+    if (width is None) != (height is None):
+        raise InputError("bad_input", "`width` and `height` go together")
+    return QualityRequest(
+        width=None if width is None else int(width),
+        height=None if height is None else int(height),
+        fps=_positive(doc, "fps", MAX_QUALITY_FPS),
+        max_kbps=_positive(doc, "maxKbps", MAX_QUALITY_KBPS),
+    )
+
+
+def _command(doc: dict[str, Any]) -> SceneCommand:
+    id = doc.get("id")
+    if id is not None and (type(id) is not int or not 0 <= id <= MAX_COMMAND_ID):
+        raise CommandError("bad_command", f"`id` must be an integer 0..{MAX_COMMAND_ID}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+        raise CommandError(
+            "bad_command", f"`name` must be a string of 1..{MAX_NAME_CHARS} chars", id
+        )
+    args = doc.get("args", {})
+    if not isinstance(args, dict):
+        raise CommandError("bad_command", "`args` must be a JSON object", id)
+    return SceneCommand(name=name, args=args, id=id)
+
+
 def _pointer(doc: dict[str, Any]) -> PointerEvent:
     buttons = doc.get("buttons", 0)
     if type(buttons) is not int or not 0 <= buttons < 32:
         raise InputError("bad_input", "`buttons` must be an integer bitmask 0..31")
-    shift = doc.get("shift", False)
-    if not isinstance(shift, bool):
-        raise InputError("bad_input", "`shift` must be true or false")
+    shift = _flag(doc, "shift")
     return PointerEvent(
         action=_choice(doc, "action", ("down", "move", "up")),
         x=_number(doc, "x", MAX_COORD, 0.0),
@@ -100,6 +216,7 @@ def _pointer(doc: dict[str, Any]) -> PointerEvent:
         dy=_number(doc, "dy", MAX_DELTA, 0.0),
         buttons=buttons,
         shift=shift,
+        locked=_flag(doc, "locked"),
     )
 
 
@@ -131,8 +248,30 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], InputEvent]] = {
     "key": _key,
     "touch": _touch,
     "blur": lambda doc: BlurEvent(),
+    "gamepad": _gamepad,
+    "quality": _quality,
+    "keyframe": lambda doc: KeyframeRequest(),
+    "command": _command,
 }
 INPUT_TYPES: Final = tuple(_PARSERS)
+
+
+def event_type(event: InputEvent) -> str:
+    """The message `type` an event came as (a metrics label)."""
+    return _EVENT_TYPES[type(event)]
+
+
+_EVENT_TYPES: Final[dict[type, str]] = {
+    PointerEvent: "pointer",
+    WheelEvent: "wheel",
+    KeyEvent: "key",
+    TouchEvent: "touch",
+    BlurEvent: "blur",
+    GamepadEvent: "gamepad",
+    QualityRequest: "quality",
+    KeyframeRequest: "keyframe",
+    SceneCommand: "command",
+}
 
 
 def parse_input(data: str | bytes) -> InputEvent:
