@@ -58,6 +58,10 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--resolution", default=_env("resolution", "1280x720"), help="WIDTHxHEIGHT (%(default)s)"
     )
+    g.add_argument(
+        "--max-resolution", default=_env("max_resolution", "3840x2160"),
+        help="the largest WIDTHxHEIGHT a browser may ask for (%(default)s)",
+    )  # fmt: skip
     g.add_argument("--fps", type=float, default=float(_env("fps", "30")), help="%(default)s")
     g.add_argument(
         "--bitrate", type=int, default=int(_env("bitrate", "0")) or None,
@@ -174,6 +178,7 @@ def _log_options(p: argparse.ArgumentParser) -> None:
 def _stream_config(args: argparse.Namespace) -> StreamConfig:
     return StreamConfig(
         resolution=Resolution.parse(args.resolution),
+        max_resolution=Resolution.parse(args.max_resolution),
         fps=args.fps,
         bitrate=args.bitrate,
         renderer=args.renderer,

@@ -71,6 +71,7 @@ class StreamConfig:
     """What every session of a worker renders and sends."""
 
     resolution: Resolution = Resolution(1280, 720)
+    max_resolution: Resolution = Resolution(3840, 2160)  # the most a browser may ask for
     fps: float = 30.0
     bitrate: int | None = None  # None: default_bitrate(resolution, fps)
     renderer: RendererName = "auto"
@@ -83,6 +84,13 @@ class StreamConfig:
     idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
 
     def __post_init__(self) -> None:
+        if (
+            self.max_resolution.width < self.resolution.width
+            or self.max_resolution.height < self.resolution.height
+        ):
+            raise ConfigError(
+                f"max resolution {self.max_resolution} is smaller than resolution {self.resolution}"
+            )
         if not (1.0 <= self.fps <= MAX_FPS):
             raise ConfigError(f"fps {self.fps} is outside 1..{MAX_FPS}")
         if self.bitrate is not None and not (100_000 <= self.bitrate <= 200_000_000):

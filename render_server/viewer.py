@@ -44,6 +44,8 @@ class Viewer:
         self.session_info: dict[str, Any] = {}
         self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
         self.errors: list[dict[str, Any]] = []  # error messages from signaling and the worker
+        self.messages: list[dict[str, Any]] = []  # everything the worker sent on the channel
+        self._message_arrived = asyncio.Event()
         self.ended: asyncio.Future[str] | None = None
         self.pc: RTCPeerConnection | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -101,6 +103,26 @@ class Viewer:
     async def send_raw_input(self, data: str) -> None:
         await asyncio.wait_for(self._channel_open.wait(), 10.0)
         self.input.send(data)
+
+    async def wait_message(
+        self, type: str, start: int = 0, timeout: float = 10.0, **fields: Any
+    ) -> dict[str, Any]:
+        """The first data-channel message from the worker, from index `start` of `messages`
+        on, of `type` and with the given field values; waits up to `timeout` seconds for it."""
+
+        async def find() -> dict[str, Any]:
+            seen = start
+            while True:
+                for message in self.messages[seen:]:
+                    if message.get("type") == type and all(
+                        message.get(k) == v for k, v in fields.items()
+                    ):
+                        return message
+                seen = max(seen, len(self.messages))
+                self._message_arrived.clear()
+                await self._message_arrived.wait()
+
+        return await asyncio.wait_for(find(), timeout)
 
     async def request_keyframe(self) -> None:
         """Send a real RTCP PLI for the video stream, as a browser does after loss."""
@@ -183,5 +205,9 @@ class Viewer:
     def _on_worker_message(self, data: str | bytes) -> None:
         with contextlib.suppress(ValueError):
             message = json.loads(data)
-            if isinstance(message, dict) and message.get("type") == "error":
+            if not isinstance(message, dict):
+                return
+            self.messages.append(message)
+            self._message_arrived.set()
+            if message.get("type") == "error":
                 self.errors.append(message)

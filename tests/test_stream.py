@@ -188,3 +188,48 @@ async def test_a_real_receivers_estimates_reach_the_encoder(start_server: Server
         for _ in range(60):
             await viewer.next_frame(timeout=5)
         assert await wait_for_metric(server, "worker_remb_total", lambda v: v > 0) > 0
+
+
+async def test_quality_and_commands_over_the_data_channel(start_server: ServerFactory) -> None:
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        await viewer.next_frame(timeout=20)
+        # on open, the worker tells the page the stream's figures and limits
+        opened = await viewer.wait_message("quality")
+        assert opened == {
+            "type": "quality", "width": 320, "height": 240, "fps": 30,
+            "maxKbps": SMALL_STREAM.target_bitrate // 1000, "maxWidth": 3840, "maxHeight": 2160,
+        }  # fmt: skip
+        start = len(viewer.messages)
+        await viewer.send_input({"type": "quality", "width": 201, "height": 121, "maxKbps": 600})
+        applied = await viewer.wait_message("quality", start)
+        assert (applied["width"], applied["height"], applied["maxKbps"]) == (200, 120, 600)
+        sizes = set()
+        for _ in range(100):
+            frame = await viewer.next_frame(timeout=5)
+            sizes.add((frame.width, frame.height))
+            if (frame.width, frame.height) == (200, 120):
+                break
+        assert (200, 120) in sizes
+        for _ in range(10):  # and it stays there
+            frame = await viewer.next_frame(timeout=5)
+            assert (frame.width, frame.height) == (200, 120)
+        await wait_for_metric(server, "worker_encoder_bitrate_bps", lambda v: v == 600_000)
+        assert await metric(server, "worker_encoder_bitrate_bps") == 600_000
+
+        await viewer.send_input({"type": "command", "id": 1, "name": "getCamera"})
+        camera = await viewer.wait_message("result", start, id=1)
+        assert camera["name"] == "getCamera" and len(camera["value"]["target"]) == 3
+        before = picture(await viewer.latest_frame())
+        await viewer.send_input(
+            {"type": "command", "id": 2, "name": "setTimeOfDay", "args": {"hours": 0}}
+        )
+        assert (await viewer.wait_message("result", start, id=2))["value"] == {"timeOfDay": 0}
+        after = picture(await viewer.latest_frame())
+        assert np.abs(before - after).mean() > 5  # night fell in this session
+        await viewer.send_input({"type": "command", "id": 3, "name": "fly"})
+        error = await viewer.wait_message("error", start, id=3)
+        assert error["code"] == "unknown_command"
+        await viewer.send_input({"type": "keyframe"})
+        for _ in range(5):
+            await viewer.next_frame(timeout=5)

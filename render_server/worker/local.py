@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..backends import Backends
-from ..config import StreamConfig
+from ..config import Resolution, StreamConfig
 from ..encode.nvenc import create_nvenc_encoder
 from ..encode.protocol import Encoder
 from ..encode.x264 import create_x264_encoder
@@ -24,8 +24,10 @@ from ..render.scene import Scene
 from ..signaling.messages import IceServer
 from ..signaling.workers import SessionEndCallback
 from .controls import CameraController
-from .pictures import CpuPictures, CudaPictures, PictureSource
+from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene
 from .pipeline import FramePipeline
+from .quality import QualityLimits
+from .scene_commands import SceneCommands
 from .session import StreamSession
 
 log = logging.getLogger(__name__)
@@ -102,10 +104,12 @@ class LocalWorker:
         # allocates device buffers, an NVENC encoder opens a session on the GPU
         pipeline = await asyncio.get_running_loop().run_in_executor(None, self._pipeline)
         servers = list(ice_servers) or [IceServer(urls=[url]) for url in self.ice_servers]
+        limits = QualityLimits.of(self.stream)
+        controller = CameraController(self.initial_camera.copy(), animate=self.stream.animate)
         return StreamSession(
             session_id,
             pipeline,
-            CameraController(self.initial_camera.copy(), animate=self.stream.animate),
+            controller,
             self.stream.fps,
             self.stream.connect_timeout_s,
             servers,
@@ -113,28 +117,51 @@ class LocalWorker:
             on_end,
             role=role,
             idle_timeout_s=self.stream.idle_timeout_s,
+            commands=SceneCommands(self.scene, controller, pipeline.request_scene),
+            quality=limits.initial(self.stream),
+            quality_limits=limits,
         )
 
     def _pipeline(self) -> FramePipeline:
-        encoder = self._encoder()
+        pictures, encoder = self._build(self.stream.resolution, self.stream.fps, None)
         return FramePipeline(
-            self._pictures(encoder.pix_fmt), encoder, self.stream.keyframe_min_interval_s
+            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self._build
         )
 
-    def _pictures(self, pix_fmt: str) -> PictureSource:
-        res = self.stream.resolution
+    def _build(
+        self, resolution: Resolution, fps: float, scene: Scene | None
+    ) -> tuple[PictureSource, Encoder]:
+        """A picture source and an encoder of one size, for a session's scene (None: the
+        worker's)."""
+        encoder = self._encoder(resolution, fps)
+        try:
+            return self._pictures(encoder.pix_fmt, resolution, scene), encoder
+        except BaseException:
+            encoder.close()
+            raise
+
+    def _pictures(
+        self, pix_fmt: str, res: Resolution | None = None, scene: Scene | None = None
+    ) -> PictureSource:
+        res = res or self.stream.resolution
+        scene = scene or self.scene
         if self.backends.renderer == "cuda":
             from ..render.cuda import CudaRenderer  # pycuda is an optional extra
 
-            return CudaPictures(CudaRenderer(self.scene, res.width, res.height), pix_fmt)
-        return CpuPictures(CpuRenderer(self.scene, res.width, res.height))
+            def make(scene: Scene) -> CudaRenderer:
+                return CudaRenderer(scene, res.width, res.height)
 
-    def _encoder(self) -> Encoder:
+            return CudaPictures(make(device_scene(scene)), pix_fmt, make)
+        return CpuPictures(CpuRenderer(scene, res.width, res.height))
+
+    def _encoder(self, resolution: Resolution | None = None, fps: float | None = None) -> Encoder:
         stream = self.stream
+        resolution = resolution or stream.resolution
+        fps = fps or stream.fps
         if self.backends.encoder == "nvenc":
             try:
                 return create_nvenc_encoder(
-                    "h264", stream.resolution, stream.fps, stream.target_bitrate,
+                    "h264", resolution, fps, stream.target_bitrate,
                     pix_fmt=self.backends.pix_fmt, preset=stream.nvenc_preset,
                     intra_refresh=stream.intra_refresh,
                 )  # fmt: skip
@@ -145,4 +172,4 @@ class LocalWorker:
                 # encodes on the CPU, the next one tries NVENC again
                 reason = explain_nvenc_failure([str(exc)])
                 log.warning("encoder.fallback", extra={"reason": reason})
-        return create_x264_encoder(stream.resolution, stream.fps, stream.target_bitrate)
+        return create_x264_encoder(resolution, fps, stream.target_bitrate)

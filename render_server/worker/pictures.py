@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import av
+import numpy as np
 
 from ..encode.convert import YuvConverter
 from ..render.camera import OrbitCamera
-from ..render.protocol import Renderer
+from ..render.cpu import CpuRenderer
+from ..render.scene import Scene
 
 
 class PictureSource(Protocol):
@@ -22,6 +25,10 @@ class PictureSource(Protocol):
         """The picture for `camera`; the frame object may be reused by the next call."""
         ...
 
+    def set_scene(self, scene: Scene) -> None:
+        """Draw `scene` from the next picture on."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -30,7 +37,7 @@ class CpuPictures:
 
     pix_fmt = "yuv420p"
 
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: CpuRenderer) -> None:
         self.renderer = renderer
         self.converter = YuvConverter(renderer.width, renderer.height)
         self.stage_ms: dict[str, float] = {}
@@ -44,22 +51,59 @@ class CpuPictures:
         self.stage_ms = {"render": (t1 - t0) * 1e3, "convert": (t2 - t1) * 1e3}
         return frame
 
+    def set_scene(self, scene: Scene) -> None:
+        self.renderer.set_scene(scene)
+
     def close(self) -> None:
         pass
 
 
 class CudaPictures:
-    """The CUDA renderer draws and converts on the GPU; one copy brings the planes to the host."""
+    """The CUDA renderer draws and converts on the GPU; one copy brings the planes to the host.
 
-    def __init__(self, renderer: Any, pix_fmt: str) -> None:
+    Its scene lives in device memory: another scene takes a new renderer, which `make_renderer`
+    (given a scene) builds; the old one is closed once the new one stands.
+    """
+
+    def __init__(
+        self, renderer: Any, pix_fmt: str, make_renderer: Callable[[Scene], Any] | None = None
+    ) -> None:
         self.renderer = renderer
         self.pix_fmt = pix_fmt
         self.stage_ms: dict[str, float] = {}
+        self._make_renderer = make_renderer
 
     def picture(self, camera: OrbitCamera) -> av.VideoFrame:
         frame: av.VideoFrame = self.renderer.render_frame(camera, self.pix_fmt)
         self.stage_ms = dict(self.renderer.last_timings)
         return frame
 
+    def set_scene(self, scene: Scene) -> None:
+        if self._make_renderer is None:
+            raise RuntimeError("these pictures cannot change their scene")
+        renderer = self._make_renderer(device_scene(scene))
+        self.renderer.close()
+        self.renderer = renderer
+
     def close(self) -> None:
         self.renderer.close()
+
+
+def device_scene(scene: Scene) -> Scene:
+    """`scene`, or for a scene without triangles (every object hidden) the same scene with one
+    triangle of no area at its lowest corner: it covers no pixel and casts no shadow, and the
+    device tables (which cannot be empty allocations) keep a row."""
+    if scene.triangle_count:
+        return scene
+    corner = np.repeat(scene.bounds_min[None, None, :], 3, axis=1)
+    return Scene(
+        positions=corner,
+        normals=np.tile(np.array([0.0, 1.0, 0.0], np.float32), (1, 3, 1)),
+        material_ids=np.zeros(1, np.int32),
+        materials=scene.materials,
+        light_direction=scene.light_direction,
+        light_color=scene.light_color,
+        objects=scene.objects,
+        object_ids=np.zeros(1, np.int32),
+        bounds=(scene.bounds_min, scene.bounds_max),
+    )

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import av
 
+from ..config import Resolution
 from ..encode.protocol import Encoder
 from ..render.camera import OrbitCamera
+from ..render.scene import Scene
 from .keyframes import KeyframeGate
 from .pictures import PictureSource
+
+log = logging.getLogger(__name__)
+
+# (size, frame rate, the session's scene or None for the worker's) → a picture source and an
+# encoder of that size
+PipelineFactory = Callable[[Resolution, float, Scene | None], tuple[PictureSource, Encoder]]
 
 
 @dataclass
@@ -29,29 +39,77 @@ class FrameTiming:
 class FramePipeline:
     """Turns camera snapshots into encoded access units.
 
-    `produce` runs on the session's one thread; `request_bitrate` and keyframe requests come
-    from the event loop and are applied at the next frame.
+    `produce` runs on the session's one thread. Requests come from the event loop and are
+    applied at the next frame: a bitrate (a receiver's estimate) and its cap, a keyframe, an
+    edited scene, and a new size or frame rate, for which the pipeline closes its picture
+    source and encoder and builds new ones through `factory` (the first frame of the new
+    encoder is an IDR). Should that fail, the stream goes on as it was.
     """
 
     def __init__(
-        self, pictures: PictureSource, encoder: Encoder, keyframe_min_interval_s: float
+        self,
+        pictures: PictureSource,
+        encoder: Encoder,
+        keyframe_min_interval_s: float,
+        factory: PipelineFactory | None = None,
     ) -> None:
         self.pictures = pictures
         self.encoder = encoder
         self.keyframes = KeyframeGate(keyframe_min_interval_s)
         self.last = FrameTiming()
+        self.factory = factory
+        self.format_errors = 0  # new formats that could not be built
         self._picture: av.VideoFrame | None = None
         self._picture_state: tuple[object, ...] | None = None
-        self._bitrate_lock = threading.Lock()
-        self._wanted_bitrate: int | None = None
+        self._scene: Scene | None = None  # the session's own scene, once edited
+        self._lock = threading.Lock()
+        self._bitrate_changed = False
+        self._estimate: int | None = None
+        self._cap: int | None = None
+        self._wanted_scene: Callable[[], Scene] | None = None
+        self._wanted_format: tuple[Resolution, float] | None = None
 
     def request_bitrate(self, bitrate: int) -> None:
         """Aim the encoder at `bitrate` (a receiver's estimate) from the next frame on."""
-        with self._bitrate_lock:
-            self._wanted_bitrate = bitrate
+        with self._lock:
+            self._estimate = bitrate
+            self._bitrate_changed = True
+
+    def request_bitrate_cap(self, cap: int | None) -> None:
+        """Never aim above `cap` bits per second, whatever the receiver estimates (None: no cap
+        below the encoder's configured bitrate)."""
+        with self._lock:
+            self._cap = cap
+            self._bitrate_changed = True
+
+    def request_scene(self, build: Callable[[], Scene]) -> None:
+        """Draw the scene `build` makes from the next frame on; it is called on this thread."""
+        with self._lock:
+            self._wanted_scene = build
+
+    def request_format(self, resolution: Resolution, fps: float) -> None:
+        """Pictures of `resolution` encoded for `fps` from the next frame on."""
+        if self.factory is None:
+            raise RuntimeError("this pipeline has no factory to change its format with")
+        with self._lock:
+            self._wanted_format = (resolution, fps)
 
     def produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
         timing = FrameTiming()
+        with self._lock:
+            wanted_scene, self._wanted_scene = self._wanted_scene, None
+            wanted_format, self._wanted_format = self._wanted_format, None
+            retarget, self._bitrate_changed = self._bitrate_changed, False
+            target = min(self._estimate or 2**31, self._cap or 2**31)
+        fresh_encoder = False
+        if wanted_scene is not None:
+            self._scene = wanted_scene()
+            if wanted_format is None:
+                self.pictures.set_scene(self._scene)
+            self._picture = None
+        if wanted_format is not None:
+            fresh_encoder = self._reformat(*wanted_format)
+            retarget = retarget or fresh_encoder
         state = camera.state()
         if self._picture is None or state != self._picture_state:
             self._picture = self.pictures.picture(camera)
@@ -59,18 +117,34 @@ class FramePipeline:
             timing.stages = dict(self.pictures.stage_ms)
         else:
             timing.reused = True  # a still camera gives the same pixels: skip render and convert
-        with self._bitrate_lock:
-            wanted, self._wanted_bitrate = self._wanted_bitrate, None
-        if wanted is not None:
-            self.encoder.set_bitrate(wanted)
+        if retarget:
+            self.encoder.set_bitrate(target)  # the encoder caps it at its configured bitrate
         timing.bitrate = self.encoder.bitrate
-        timing.keyframe = self.keyframes.take(time.monotonic())
+        timing.keyframe = self.keyframes.take(time.monotonic()) or fresh_encoder
         t0 = time.perf_counter()
         packet = self.encoder.encode(self._picture, pts, keyframe=timing.keyframe)
         timing.encode_ms = (time.perf_counter() - t0) * 1e3
         timing.bytes = packet.size if packet is not None else 0
         self.last = timing
         return packet
+
+    def _reformat(self, resolution: Resolution, fps: float) -> bool:
+        """Replace the picture source and encoder; False (and the old ones kept) on failure."""
+        assert self.factory is not None
+        try:
+            pictures, encoder = self.factory(resolution, fps, self._scene)
+        except Exception as exc:  # NVENC out of sessions, a GPU out of memory, ...
+            self.format_errors += 1
+            reason = {"size": str(resolution), "error": str(exc)}
+            log.warning("pipeline.format_failed", extra=reason)
+            if self._scene is not None:
+                self.pictures.set_scene(self._scene)
+            return False
+        self.encoder.close()
+        self.pictures.close()
+        self.pictures, self.encoder = pictures, encoder
+        self._picture = None
+        return True
 
     def close(self) -> None:
         self.encoder.close()

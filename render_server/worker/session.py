@@ -5,6 +5,10 @@ moment) sends a fresh offer for the same session and gets a new peer connection 
 camera and encoder. A session ends when it is closed, when no peer connects for
 `connect_timeout_s` (at the start or after a peer is lost), or after `idle_timeout_s` without
 input from a controller.
+
+The `input` data channel carries input events, stream quality and keyframe requests, and scene
+commands (docs/data-channel.md). A viewer may set its own stream's quality, ask for keyframes
+and send read-only commands; the camera and the scene are a controller's.
 """
 
 from __future__ import annotations
@@ -35,9 +39,19 @@ from ..render.camera import OrbitCamera
 from ..signaling.messages import IceCandidate, IceServer
 from ..signaling.workers import SessionEndCallback, SessionNegotiationError
 from .controls import CameraController
-from .input_events import InputError, parse_input
+from .input_events import (
+    CommandError,
+    InputError,
+    KeyframeRequest,
+    QualityRequest,
+    SceneCommand,
+    event_type,
+    parse_input,
+)
 from .pipeline import FramePipeline
+from .quality import QualityLimits, StreamQuality
 from .rtcp_feedback import route_rtcp_feedback
+from .scene_commands import SceneCommands, error_reply
 from .track import EncodedVideoTrack
 
 INPUT_CHANNEL = "input"
@@ -64,6 +78,10 @@ class StreamSession:
         on_end: SessionEndCallback,
         role: str = "controller",
         idle_timeout_s: float | None = None,
+        *,
+        commands: SceneCommands,
+        quality: StreamQuality,
+        quality_limits: QualityLimits,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -74,6 +92,9 @@ class StreamSession:
         self.fps = fps
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.commands = commands
+        self.quality = quality
+        self.quality_limits = quality_limits
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers
@@ -219,6 +240,12 @@ class StreamSession:
             return
         self.input_channel = channel
         channel.on("message", self._on_input)
+        # the page learns the stream's figures and limits at once (a remote channel is open
+        # when aiortc announces it)
+        if channel.readyState == "open":
+            self._send(self.quality_limits.message(self.quality))
+        else:
+            channel.once("open", lambda: self._send(self.quality_limits.message(self.quality)))
 
     def _on_input(self, message: str | bytes) -> None:
         now = time.monotonic()
@@ -229,24 +256,64 @@ class StreamSession:
                 self.log.warning("audit.rate_limited", extra={"channel": "input"})
                 self._send_input_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
             return
-        if self.role != "controller":
-            self.metrics.input_rejected.labels("forbidden").inc()
-            self._send_input_error("forbidden", "a viewer's input does not reach the worker")
-            return
         try:
             event = parse_input(message)
+        except CommandError as exc:
+            self.metrics.input_rejected.labels(exc.code).inc()
+            self._send(error_reply(exc, exc.id))
+            return
         except InputError as exc:
             self.metrics.input_rejected.labels(exc.code).inc()
             self._send_input_error(exc.code, exc.message)
             return
-        self._last_input = now
-        self.controller.apply(event)
-        self.metrics.input_events.labels(type(event).__name__.removesuffix("Event").lower()).inc()
+        controller = self.role == "controller"
+        if isinstance(event, QualityRequest):
+            self._set_quality(event)
+        elif isinstance(event, KeyframeRequest):
+            self.pipeline.keyframes.request()
+        elif isinstance(event, SceneCommand):
+            reply = self.commands.execute(event, self.role)
+            self._send(reply)
+            if reply["type"] == "error":
+                self.metrics.input_rejected.labels(reply["code"]).inc()
+                return
+        elif not controller:
+            self.metrics.input_rejected.labels("forbidden").inc()
+            self._send_input_error("forbidden", "a viewer's input does not reach the worker")
+            return
+        else:
+            self.controller.apply(event)
+        if controller:
+            self._last_input = now
+        self.metrics.input_events.labels(event_type(event)).inc()
+
+    def _set_quality(self, request: QualityRequest) -> None:
+        """Clamp the request, hand the change to the pipeline and the track, and answer with
+        the figures applied."""
+        old, new = self.quality, self.quality_limits.clamp(self.quality, request)
+        self.quality = new
+        if (new.resolution, new.fps) != (old.resolution, old.fps):
+            self.pipeline.request_format(new.resolution, new.fps)
+        if new.fps != old.fps:
+            self.fps = new.fps
+            if self.track is not None:
+                self.track.set_fps(new.fps)
+        if new.max_kbps != old.max_kbps:
+            limit = self.quality_limits.max_kbps
+            self.pipeline.request_bitrate_cap(new.max_kbps * 1000 if new.max_kbps < limit else None)
+        self.log.info(
+            "session.quality",
+            extra={"size": str(new.resolution), "fps": new.fps, "max_kbps": new.max_kbps},
+        )
+        self._send(self.quality_limits.message(new))
 
     def _send_input_error(self, code: str, message: str) -> None:
+        self._send({"type": "error", "code": code, "message": message})
+
+    def _send(self, message: dict[str, object]) -> None:
         channel = self.input_channel
         if channel is not None and channel.readyState == "open":
-            channel.send(json.dumps({"type": "error", "code": code, "message": message}))
+            channel.send(json.dumps(message))
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -44,6 +44,10 @@ class EncodedVideoTrack(MediaStreamTrack):
         self._t0 = time.monotonic()
         self.dropped_ticks = 0  # frame times skipped because a frame took too long
 
+    def set_fps(self, fps: float) -> None:
+        """Pace frames at `fps` from the next tick on."""
+        self._interval = 1.0 / fps
+
     async def recv(self) -> av.Packet:
         loop = asyncio.get_running_loop()
         while True:

@@ -1,0 +1,79 @@
+"""Stream quality a browser may ask for (size, frame rate, bitrate cap), within the worker's
+limits: asked-for figures are clamped, never refused."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..config import Resolution, StreamConfig
+from .input_events import QualityRequest
+
+MIN_WIDTH: Final = 160
+MIN_HEIGHT: Final = 90
+MIN_FPS: Final = 1.0
+MIN_KBPS: Final = 100
+
+
+@dataclass(frozen=True)
+class StreamQuality:
+    """What a session's stream is: its size, frame rate and bitrate cap (kbit/s)."""
+
+    resolution: Resolution
+    fps: float
+    max_kbps: int
+
+
+@dataclass(frozen=True)
+class QualityLimits:
+    """The most a session may ask for: the worker's maximum size, its frame rate and bitrate."""
+
+    max_resolution: Resolution
+    max_fps: float
+    max_kbps: int
+
+    @classmethod
+    def of(cls, stream: StreamConfig) -> QualityLimits:
+        return cls(stream.max_resolution, stream.fps, stream.target_bitrate // 1000)
+
+    def initial(self, stream: StreamConfig) -> StreamQuality:
+        """The configured stream, with no cap below the configured bitrate."""
+        return StreamQuality(stream.resolution, stream.fps, self.max_kbps)
+
+    def clamp(self, current: StreamQuality, request: QualityRequest) -> StreamQuality:
+        """`current` with the asked-for figures, each clamped to its range; sides are made even
+        (rounded down) for 4:2:0. Figures not asked for stay as they are."""
+        resolution = current.resolution
+        if request.width is not None and request.height is not None:
+            width = _even(_clamp(request.width, MIN_WIDTH, self.max_resolution.width))
+            height = _even(_clamp(request.height, MIN_HEIGHT, self.max_resolution.height))
+            resolution = Resolution(width, height)
+        fps = current.fps
+        if request.fps is not None:
+            fps = float(_clamp(request.fps, MIN_FPS, self.max_fps))
+        max_kbps = current.max_kbps
+        if request.max_kbps is not None:
+            max_kbps = int(_clamp(math.floor(request.max_kbps), MIN_KBPS, self.max_kbps))
+        return StreamQuality(resolution, fps, max_kbps)
+
+    def message(self, quality: StreamQuality) -> dict[str, Any]:
+        """The `quality` message the worker sends: the figures applied and the size limit."""
+        fps = quality.fps
+        return {
+            "type": "quality",
+            "width": quality.resolution.width,
+            "height": quality.resolution.height,
+            "fps": int(fps) if fps.is_integer() else fps,
+            "maxKbps": quality.max_kbps,
+            "maxWidth": self.max_resolution.width,
+            "maxHeight": self.max_resolution.height,
+        }
+
+
+def _clamp(value: float, lo: float, hi: float) -> float:
+    return min(max(value, lo), hi)
+
+
+def _even(value: float) -> int:
+    return int(value) // 2 * 2
