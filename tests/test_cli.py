@@ -29,6 +29,7 @@ def test_help_documents_every_command_and_option() -> None:
         "--host",
         "--port",
         "--resolution",
+        "--max-resolution",
         "--fps",
         "--renderer",
         "--encoder",
@@ -65,5 +66,7 @@ def test_bad_scene_files_are_clear_errors_at_start(tmp_path: Path) -> None:
 def test_bad_options_are_usage_errors() -> None:
     bad = run("serve", "--resolution", "1281x720")
     assert bad.returncode == 2 and "even" in bad.stderr
+    bad = run("serve", "--resolution", "1920x1080", "--max-resolution", "1280x720")
+    assert bad.returncode == 2 and "max resolution" in bad.stderr
     bad = run("serve", "--renderer", "opengl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -231,3 +231,36 @@ def test_sessions_edit_their_own_scene(scene: Scene) -> None:
     bobs, _ = draw(bob)
     alice_picture, _ = draw(alice)
     assert np.abs(bobs - alice_picture).mean() > 5
+
+
+def test_the_cuda_path_takes_edited_and_empty_scenes(scene: Scene) -> None:
+    """CudaPictures over the CUDA kernels run on the host: a new scene builds a new renderer,
+    and a scene with every object hidden still draws (the floor and the sky)."""
+    from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler
+    from render_server.worker.pictures import CpuPictures, CudaPictures, device_scene
+
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or $CXX) to build the kernels for the host")
+    commands = session(scene)
+    for name in scene.objects:
+        run(commands, "setVisible", object=name, visible=False)
+    empty = commands.scene()
+    assert device_scene(empty).triangle_count == 1
+    assert device_scene(scene) is scene
+
+    def make(s: Scene) -> EmulatedCudaRenderer:
+        return EmulatedCudaRenderer(s, W, H)
+
+    cuda = CudaPictures(make(scene), "yuv420p", make)
+    cpu = CpuPictures(CpuRenderer(scene, W, H))
+    cam = commands.controller.camera
+    full = cuda.picture(cam).to_ndarray().astype(np.int16)
+    first = cuda.renderer
+    cuda.set_scene(empty)
+    cpu.set_scene(empty)
+    assert cuda.renderer is not first
+    bare = cuda.picture(cam).to_ndarray().astype(np.int16)
+    assert np.abs(full - bare).mean() > 2
+    # the same picture as the CPU renderer draws of the empty scene
+    assert np.abs(bare - cpu.picture(cam).to_ndarray().astype(np.int16)).mean() < 1.0
+    cuda.close()
