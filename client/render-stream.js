@@ -465,9 +465,13 @@ export class RenderStream extends EventTarget {
   /**
    * The current figures: fps, kbps, width, height, codec, rttMs, packetsLost, lossPercent,
    * jitterMs, jitterBufferDelayMs, decodeMs, framesDecoded, framesDropped, freezeCount,
-   * nackCount, pliCount (rates over the time since the previous call).
+   * nackCount, pliCount (rates over the time since the last periodic `stats` event).
    */
   async stats() {
+    return this._stats(false);
+  }
+
+  async _stats(advance) {
     if (!this.pc) return null;
     const report = await this.pc.getStats();
     let inbound = null;
@@ -479,8 +483,9 @@ export class RenderStream extends EventTarget {
       else if (s.type === 'codec') codecs.set(s.id, s);
     });
     if (!inbound) return null;
+    // rates are over the time since the last periodic poll, whoever asks
     const previous = this._lastInbound && this._lastInbound.id === inbound.id ? this._lastInbound : null;
-    this._lastInbound = inbound;
+    if (advance || !previous) this._lastInbound = inbound;
     const delta = (key) => (previous ? (inbound[key] || 0) - (previous[key] || 0) : (inbound[key] || 0));
     const seconds = previous ? (inbound.timestamp - previous.timestamp) / 1000 : 0;
     const frames = delta('framesDecoded');
@@ -512,7 +517,7 @@ export class RenderStream extends EventTarget {
 
   async _pollStats() {
     try {
-      const figures = await this.stats();
+      const figures = await this._stats(true);
       if (figures) this.dispatchEvent(new CustomEvent('stats', { detail: figures }));
     } catch { /* the connection is closing */ }
   }

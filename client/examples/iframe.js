@@ -6,7 +6,7 @@ const token = new URLSearchParams(location.hash.slice(1)).get('token');
 
 const frame = document.createElement('iframe');
 frame.src = new URL('/embed?quality=window', server).href;
-frame.allow = 'fullscreen; pointer-lock; gamepad';
+frame.allow = 'fullscreen; gamepad';
 frame.title = '3D view';
 document.getElementById('view').append(frame);
 

@@ -1,0 +1,434 @@
+"""The designer page and the SDK in real headless Chromium: controls, stats, quality, pointer
+lock, touch, reconnection with a frozen frame, and embedding from another origin."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from render_server.config import Resolution, ServerConfig, StreamConfig
+from render_server.render.scene import Scene
+
+from .browser import CHROMIUM_ARGS, chromium_path, free_port, serve_process
+from .threaded_server import ThreadedServer, threaded_server
+
+pytestmark = pytest.mark.browser
+
+CLIENT = Path(__file__).parent.parent / "client"
+VIEWPORT = {"width": 960, "height": 540}
+STREAMING = "body[data-state='streaming']"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+def new_page(chromium: Any, **context_options: Any) -> Any:
+    context = chromium.new_context(viewport=VIEWPORT, **context_options)
+    page = context.new_page()
+    page.on("console", lambda m: print(f"[chromium {m.type}] {m.text}"))
+    page.on("pageerror", lambda e: print(f"[chromium pageerror] {e}"))
+    return page
+
+
+def camera(page: Any, stream: str = "window.renderStream") -> dict[str, Any]:
+    return page.evaluate(f"{stream}.command('getCamera')")  # type: ignore[no-any-return]
+
+
+def decoded_size(page: Any) -> tuple[int, int]:
+    stats = page.evaluate("window.renderStream.stats()")
+    return (stats["width"], stats["height"]) if stats else (0, 0)
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+# -- the designer page -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def designer_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("designer") / "serve.log"
+    with serve_process("--resolution", "960x540", "--fps", "30", log_path=log) as url:
+        yield url
+
+
+@pytest.fixture
+def designer(chromium: Any, designer_url: str) -> Iterator[Any]:
+    page = new_page(chromium, has_touch=True)
+    page.goto(designer_url + "/")
+    page.wait_for_selector(STREAMING, state="attached", timeout=20_000)
+    yield page
+    page.context.close()
+
+
+def test_stats_panel_shows_live_figures_and_hides(designer: Any, output_dir: Path) -> None:
+    for cell in ("fps", "bitrate", "loss", "jitter", "buffer", "decode", "rtt"):
+        designer.wait_for_function(
+            f"() => !/^(–|0 kbps)/.test(document.getElementById('stat-{cell}').textContent)",
+            timeout=8_000,
+        )
+    figures = {
+        cell: designer.text_content(f"#stat-{cell}")
+        for cell in ("fps", "bitrate", "resolution", "codec", "loss", "jitter", "buffer", "decode")
+    }
+    print(f"stats panel: {figures}")
+    assert float(figures["fps"] or 0) > 10
+    assert figures["resolution"] == "960×540"
+    assert re.fullmatch(r"\d+\.\d\d % \(\d+\)", figures["loss"] or ""), figures["loss"]
+    assert re.fullmatch(r"\d+\.\d ms", figures["decode"] or ""), figures["decode"]
+    designer.screenshot(path=str(output_dir / "designer-stats.png"))
+    designer.click("#toggle-stats")
+    assert designer.is_hidden("#overlay")
+    designer.click("#toggle-stats")
+    assert designer.is_visible("#overlay")
+
+
+def test_hover_mode_drag_orbits_and_plain_moves_do_not(designer: Any) -> None:
+    box = designer.locator("#stage").bounding_box()
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    before = camera(designer)
+    designer.mouse.move(cx, cy)
+    designer.mouse.move(cx + 120, cy + 20, steps=6)  # hovering: no button, no orbit
+    designer.wait_for_timeout(200)
+    assert camera(designer)["yaw"] == pytest.approx(before["yaw"])
+    designer.mouse.down()
+    designer.mouse.move(cx + 320, cy + 20, steps=10)
+    designer.mouse.up()
+    designer.wait_for_timeout(200)
+    after = camera(designer)
+    print(f"hover drag: yaw {before['yaw']:.3f} → {after['yaw']:.3f}")
+    assert abs(after["yaw"] - before["yaw"]) > 0.3
+
+
+def test_pointer_lock_looks_around_without_buttons_and_esc_releases(
+    designer: Any, output_dir: Path
+) -> None:
+    designer.click("#lock")
+    designer.wait_for_function("() => document.pointerLockElement?.id === 'stage'", timeout=5_000)
+    assert designer.evaluate("document.body.classList.contains('locked')")
+    before = camera(designer)
+    designer.mouse.move(400, 300)
+    designer.mouse.move(520, 260, steps=8)  # no button held
+    designer.wait_for_timeout(250)
+    after = camera(designer)
+    print(f"pointer-locked move: yaw {before['yaw']:.3f} → {after['yaw']:.3f}, "
+          f"pitch {before['pitch']:.3f} → {after['pitch']:.3f}")  # fmt: skip
+    assert abs(after["yaw"] - before["yaw"]) > 0.2
+    designer.screenshot(path=str(output_dir / "designer-pointer-locked.png"))
+    designer.keyboard.press("Escape")
+    designer.wait_for_function("() => document.pointerLockElement === null", timeout=5_000)
+    designer.wait_for_function(
+        "() => document.getElementById('lock').textContent === 'Capture mouse'", timeout=5_000
+    )
+
+
+def test_touch_pinch_zooms_in(designer: Any) -> None:
+    cdp = designer.context.new_cdp_session(designer)
+    box = designer.locator("#stage").bounding_box()
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+    def touch(kind: str, spread: float) -> None:
+        points = [] if kind == "touchEnd" else [
+            {"x": cx - spread, "y": cy, "id": 0}, {"x": cx + spread, "y": cy, "id": 1},
+        ]  # fmt: skip
+        cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": points})
+
+    before = camera(designer)
+    touch("touchStart", 40)
+    for step in range(1, 11):
+        touch("touchMove", 40 + 16 * step)  # fingers apart: closer
+        designer.wait_for_timeout(20)
+    touch("touchEnd", 0)
+    designer.wait_for_timeout(250)
+    after = camera(designer)
+    print(f"pinch: distance {before['distance']:.3f} → {after['distance']:.3f}")
+    assert after["distance"] < before["distance"] * 0.6
+
+
+def test_match_my_window_follows_resize(designer: Any, output_dir: Path) -> None:
+    designer.select_option("#quality", "window")
+    wait_until(lambda: decoded_size(designer) == (960, 540), 10, "960×540 at the window size")
+    designer.set_viewport_size({"width": 640, "height": 400})
+    wait_until(lambda: decoded_size(designer) == (640, 400), 15, "the frame to follow to 640×400")
+    applied = designer.evaluate("window.renderStream.quality")
+    assert (applied["width"], applied["height"]) == (640, 400)
+    designer.wait_for_function(
+        "() => document.getElementById('stat-resolution').textContent === '640×400'", timeout=5_000
+    )
+    designer.screenshot(path=str(output_dir / "designer-resized.png"))
+    designer.select_option("#quality", "1280x720")
+    wait_until(lambda: decoded_size(designer) == (1280, 720), 15, "a fixed 1280×720")
+    designer.select_option("#bitrate", "1000")
+    designer.wait_for_function("() => window.renderStream.quality.maxKbps === 1000", timeout=5_000)
+
+
+def test_scene_commands_and_their_errors(designer: Any) -> None:
+    scene = designer.evaluate("window.renderStream.command('listScene')")
+    names = {o["name"] for o in scene["objects"]}
+    assert {"red_sphere", "blue_box"} <= names
+    designer.evaluate(
+        "window.renderStream.command('setVisible', {object: 'blue_box', visible: false})"
+    )
+    scene = designer.evaluate("window.renderStream.command('listScene')")
+    assert not next(o for o in scene["objects"] if o["name"] == "blue_box")["visible"]
+    error = designer.evaluate(
+        "window.renderStream.command('launchRockets', {}).then(() => null, e => "
+        "({code: e.code, message: e.message}))"
+    )
+    assert error["code"] == "unknown_command", error
+    assert "setMaterial" in error["message"]
+    assert designer.evaluate("window.renderStream.state") == "streaming"
+
+
+# -- reconnection ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def live_server(scene: Scene) -> Iterator[ThreadedServer]:
+    config = ServerConfig(port=0, stream=StreamConfig(resolution=Resolution(640, 360)), slots=2)
+    with threaded_server(config, scene) as server:
+        yield server
+
+
+def stage_luminance(page: Any) -> float:
+    png = page.screenshot(clip={"x": 0, "y": 0, **VIEWPORT})
+    return float(np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.float32).mean())
+
+
+def watch_reconnect(page: Any, timeout: float) -> list[float]:
+    """Luminance of the stage, sampled until the stream has reconnected; the state must have
+    passed through `reconnecting`."""
+    samples = []
+    deadline = time.monotonic() + timeout
+    while True:
+        samples.append(stage_luminance(page))
+        states = page.evaluate("window.states")
+        if "reconnecting" in states and states[-1] == "streaming":
+            return samples
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no reconnection in {timeout}s: states {states}")
+
+
+def test_worker_peer_loss_and_signaling_loss_reconnect_without_going_black(
+    chromium: Any, live_server: ThreadedServer, output_dir: Path
+) -> None:
+    page = new_page(chromium)
+    page.goto(live_server.url + "/")
+    page.wait_for_selector(STREAMING, state="attached", timeout=20_000)
+    page.wait_for_timeout(500)
+    page.evaluate(
+        "window.states = []; window.renderStream.addEventListener('state', "
+        "e => window.states.push(e.detail.state))"
+    )
+    streaming_level = stage_luminance(page)
+    print(f"stage luminance while streaming: {streaming_level:.1f}")
+    assert streaming_level > 30
+
+    # 1. the worker's end of the media goes away
+    (session,) = live_server.sessions()
+    first_pc = session.pc
+    assert first_pc is not None
+    live_server.call(first_pc.close)
+    samples = watch_reconnect(page, 25)
+    page.screenshot(path=str(output_dir / "reconnected-after-peer-loss.png"))
+    print(f"peer loss: {len(samples)} samples, darkest {min(samples):.1f}")
+    assert min(samples) > streaming_level * 0.5, "the picture went dark while reconnecting"
+    assert session.pc is not None and session.pc is not first_pc, "no new peer connection"
+    assert live_server.sessions() == [session], "the same session carries on"
+    frames = page.evaluate("window.renderStream.stats()")["framesDecoded"]
+    page.wait_for_timeout(1000)
+    assert page.evaluate("window.renderStream.stats()")["framesDecoded"] > frames + 10
+
+    # 2. the signaling socket drops (a replica restarts): resume, and the media never stops
+    page.evaluate("window.states = []; window.pcBefore = window.renderStream.pc")
+    sockets = live_server.browser_sockets()
+    assert len(sockets) == 1
+    live_server.call(lambda: sockets[0].close(code=1012, message=b"service restart"))
+    samples = watch_reconnect(page, 25)
+    print(f"signaling loss: states {page.evaluate('window.states')}, darkest {min(samples):.1f}")
+    assert min(samples) > streaming_level * 0.5
+    assert page.evaluate("window.renderStream.pc === window.pcBefore"), "media was renegotiated"
+    assert len(live_server.browser_sockets()) == 1
+    assert camera(page)["distance"] > 0  # the data channel still answers
+    page.context.close()
+
+
+# -- embedding from another origin -------------------------------------------------------------
+
+ROGUE_PAGE = """<!doctype html><meta charset="utf-8"><title>rogue</title><script>
+// a frame from an origin the server does not allow tries to drive its sibling embed
+window.addEventListener('load', () => {
+  for (const message of [
+    {renderStream: 1, type: 'command', id: 99, name: 'setTimeOfDay', args: {hours: 3}},
+    {renderStream: 1, type: 'close'},
+  ]) parent.frames[0].postMessage(message, '*');
+  document.title = 'sent';
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def host_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A web app on another origin: the examples plus a rogue page, served by a plain server."""
+    root = tmp_path_factory.mktemp("host-site")
+    for item in (CLIENT / "examples").iterdir():
+        shutil.copy(item, root / item.name)
+    (root / "rogue.html").write_text(ROGUE_PAGE)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(root)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: _port_open(port), 10, "the host site")
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def embed_server(tmp_path_factory: pytest.TempPathFactory, host_site: int) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("embed") / "serve.log"
+    with serve_process(
+        "--resolution", "640x360", "--allow-origin", f"http://127.0.0.1:{host_site}",
+        log_path=log,
+    ) as url:  # fmt: skip
+        yield url
+
+
+def test_custom_element_streams_on_another_origin(
+    chromium: Any, embed_server: str, host_site: int, output_dir: Path
+) -> None:
+    page = new_page(chromium)
+    page.goto(f"http://127.0.0.1:{host_site}/element.html?server={embed_server}")
+    page.wait_for_function(
+        "() => window.renderElement?.dataset.state === 'streaming'", timeout=20_000
+    )
+    stats = page.evaluate("window.renderElement.stream.stats()")
+    assert stats["width"] > 0 and stats["codec"] == "H264"
+    page.click("text=Hide the box")
+    page.wait_for_function("() => window.lastResult !== null", timeout=5_000)
+    scene = page.evaluate("window.renderElement.stream.command('listScene')")
+    assert not next(o for o in scene["objects"] if o["name"] == "blue_box")["visible"]
+    page.click("text=Evening light")
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(output_dir / "embed-element-cross-origin.png"))
+    page.context.close()
+
+
+def test_iframe_embed_streams_and_ignores_messages_from_other_origins(
+    chromium: Any, embed_server: str, host_site: int, output_dir: Path
+) -> None:
+    page = new_page(chromium)
+    page.goto(f"http://127.0.0.1:{host_site}/iframe.html?server={embed_server}")
+    page.wait_for_function("() => (window.embedMessages || []).includes('stats')", timeout=20_000)
+    reply = page.evaluate("window.embedCommand('getCamera')")
+    assert reply["type"] == "result" and math.isfinite(reply["value"]["yaw"]), reply
+    hours = page.evaluate("window.embedCommand('listScene')")["value"]["timeOfDay"]
+    page.screenshot(path=str(output_dir / "embed-iframe-cross-origin.png"))
+
+    # a sibling frame from an origin the server does not allow: ignored, and counted
+    page.evaluate(
+        f"""() => new Promise((resolve) => {{
+          const rogue = document.createElement('iframe');
+          rogue.src = 'http://localhost:{host_site}/rogue.html';
+          rogue.onload = () => setTimeout(resolve, 500);
+          document.body.append(rogue);
+        }})"""
+    )
+    embed = next(f for f in page.frames if f.url.startswith(embed_server + "/embed"))
+    assert embed.evaluate("window.renderEmbed.ignoredMessages") >= 2
+    assert embed.evaluate("window.renderStream.state") == "streaming"
+    assert page.evaluate("window.embedCommand('listScene')")["value"]["timeOfDay"] == hours
+    page.context.close()
+
+
+def test_embed_refuses_to_be_framed_by_an_origin_not_allowed(
+    chromium: Any, embed_server: str, host_site: int
+) -> None:
+    page = new_page(chromium)
+    # localhost is another origin than 127.0.0.1: not in the allow-list
+    page.goto(f"http://localhost:{host_site}/iframe.html?server={embed_server}")
+    page.wait_for_timeout(3000)
+    assert page.evaluate("window.embedMessages") == []
+    assert not any(
+        f.url.startswith(embed_server + "/embed")
+        and f.evaluate("() => Boolean(window.renderEmbed)")
+        for f in page.frames
+        if f != page.main_frame
+    )
+    page.context.close()
+
+
+# -- the SDK's types -------------------------------------------------------------------------
+
+
+def declared_exports(dts: Path) -> set[str]:
+    return set(re.findall(r"^export declare (?:const|class|function) (\w+)", dts.read_text(), re.M))
+
+
+CLASS_BODY = r"^export declare class {}\b[^{{]*\{{(.*?)^\}}"
+METHOD = re.compile(r"^  (?:static )?(?!constructor)(\w+)(?:<[^>]*>)?\(", re.M)
+
+
+def declared_members(dts: Path, cls: str) -> set[str]:
+    body = re.search(CLASS_BODY.format(cls), dts.read_text(), re.M | re.S)
+    assert body, f"{cls} is not declared in {dts.name}"
+    return set(METHOD.findall(body.group(1)))
+
+
+def test_type_declarations_match_the_modules(chromium: Any, designer_url: str) -> None:
+    page = new_page(chromium)
+    page.goto(designer_url + "/client/examples/index.html")
+    for module, dts in (
+        ("render-stream.js", CLIENT / "render-stream.d.ts"),
+        ("render-stream-element.js", CLIENT / "render-stream-element.d.ts"),
+    ):
+        exported = set(page.evaluate(f"import('/client/{module}').then(m => Object.keys(m))"))
+        assert exported == declared_exports(dts), f"{module} and {dts.name} disagree"
+    methods = set(
+        page.evaluate("""import('/client/render-stream.js').then(({RenderStream: R}) => [
+        ...Object.getOwnPropertyNames(R.prototype),
+        ...Object.getOwnPropertyNames(R).filter(n => typeof R[n] === 'function'),
+      ].filter(n => !n.startsWith('_') && n !== 'constructor'))""")
+    )
+    declared = declared_members(CLIENT / "render-stream.d.ts", "RenderStream") - {
+        "addEventListener"  # EventTarget's, typed for the events
+    }
+    assert methods == declared, f"methods {sorted(methods)} but declared {sorted(declared)}"
+    page.context.close()
