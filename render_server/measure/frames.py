@@ -1,0 +1,369 @@
+"""Frames as they arrive: assembled on the RTP marker bit, timed per packet, decoded on a sample.
+
+aiortc's receiver hands a frame to its decoder only when the first packet of the *next* frame
+arrives, which adds a whole frame interval to anything timed at `track.recv()`. A
+`FrameAssembler` is fed every RTP packet (sequence number, timestamp, marker, payload) with its
+arrival time and closes a frame at its marker-bit packet instead. `observe_receiver` feeds one
+from an `RTCRtpReceiver`, ahead of aiortc's own handling, which still runs unchanged (NACK,
+REMB, RTCP receiver reports, PLI on loss).
+
+Per packet the assembler does a few integer operations and, for a frame's first packets, looks
+at the NAL header; payload bytes are kept only while a `FrameDecoder` wants them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import av
+from aiortc import RTCRtpReceiver
+from aiortc.codecs.h264 import H264PayloadDescriptor
+from aiortc.rtp import RtpPacket, unwrap_rtx
+
+logger = logging.getLogger(__name__)
+
+NAL_IDR: Final = 5
+NAL_SPS: Final = 7
+NAL_STAP_A: Final = 24
+NAL_FU_A: Final = 28
+SEQ_MOD: Final = 1 << 16
+MAX_PENDING: Final = 8  # frames waiting for missing packets before they are given up as lost
+
+
+def h264_keyframe_nal(payload: bytes) -> bool:
+    """Whether an H.264 RTP payload (RFC 6184) carries an IDR slice or an SPS: single NAL unit,
+    STAP-A aggregate or the first fragment of an FU-A."""
+    if not payload:
+        return False
+    nal_type = payload[0] & 0x1F
+    if nal_type == NAL_FU_A:
+        return len(payload) > 1 and bool(payload[1] & 0x80) and (payload[1] & 0x1F) in (5, 7)
+    if nal_type == NAL_STAP_A:
+        pos = 1
+        while pos + 2 < len(payload):
+            size = (payload[pos] << 8) | payload[pos + 1]
+            if size and (payload[pos + 2] & 0x1F) in (NAL_IDR, NAL_SPS):
+                return True
+            pos += 2 + size
+        return False
+    return nal_type in (NAL_IDR, NAL_SPS)
+
+
+@dataclass(slots=True)
+class ObservedFrame:
+    """One video frame as it arrived. Times are `time.monotonic()` in milliseconds."""
+
+    rtp: int  # the RTP timestamp, as on the wire
+    first_ms: float  # arrival of its first packet (in arrival order)
+    last_ms: float  # arrival of the packet that completed it (the marker, or a late one)
+    size: int  # payload bytes received
+    packets: int  # packets received
+    lost: int  # packets missing when it was closed
+    keyframe: bool
+    complete: bool
+    index: int = 0  # position in the stream, counting closed frames from 0
+
+
+@dataclass(slots=True)
+class _Building:
+    rtp: int
+    first_ms: float
+    last_ms: float
+    first_seq: int  # the lowest sequence number seen (unwrapped)
+    born: int  # how many frames had begun when this one did, itself included
+    next_first: int | None = None  # the first sequence number of the frame begun after it
+    size: int = 0
+    packets: int = 0
+    keyframe: bool = False
+    end_seq: int | None = None  # the marker packet's (unwrapped)
+    seqs: set[int] = field(default_factory=set)
+    payloads: dict[int, bytes] | None = None
+
+
+@dataclass
+class AssemblerStats:
+    packets: int = 0
+    duplicates: int = 0  # retransmitted or repeated packets of frames already counted
+    late: int = 0  # packets of frames already closed
+    frames: int = 0
+    incomplete: int = 0
+    lost_packets: int = 0
+
+
+class FrameAssembler:
+    """Builds `ObservedFrame`s from RTP packets of one H.264 stream.
+
+    A frame spans the packets after the previous frame's marker up to its own marker. It closes
+    when all of them are in: at the marker when packets come in order, at the last missing one
+    when they are reordered. A frame still missing packets when `MAX_PENDING` newer frames have
+    closed is closed incomplete, its missing packets counted as lost. `on_frame` gets each
+    closed frame and, where `keep_payload` is set, its Annex B access unit (else `b""`).
+    """
+
+    def __init__(
+        self,
+        on_frame: Callable[[ObservedFrame, bytes], None],
+        keep_payload: bool = False,
+    ) -> None:
+        self.on_frame = on_frame
+        self.keep_payload = keep_payload
+        self.stats = AssemblerStats()
+        self._building: dict[int, _Building] = {}
+        self._closed: dict[int, None] = {}  # recent closed timestamps, oldest first
+        self._last_seq: int | None = None  # unwrapped, highest seen
+        self._last_end: int | None = None  # unwrapped sequence number of the last marker seen
+        self._begun = 0
+
+    def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
+        self.stats.packets += 1
+        useq = self._unwrap(seq)
+        if timestamp in self._closed:
+            self.stats.late += 1
+            return
+        frame = self._building.get(timestamp)
+        if frame is None:
+            first = useq
+            last_end = self._last_end
+            if (
+                last_end is not None
+                and last_end < useq
+                and all(
+                    f.end_seq is not None and f.end_seq <= last_end for f in self._building.values()
+                )
+            ):
+                first = last_end + 1  # the packets since the last marker are this frame's
+            self._begun += 1
+            for waiting in self._building.values():
+                if waiting.next_first is None and waiting.first_seq < first:
+                    waiting.next_first = first  # where it ends if its marker never comes
+            if self._building:
+                self._expire()
+            frame = _Building(timestamp, arrival_ms, arrival_ms, first, self._begun)
+            if self.keep_payload:
+                frame.payloads = {}
+            self._building[timestamp] = frame
+        elif useq < frame.first_seq:
+            frame.first_seq = useq
+        if useq in frame.seqs:
+            self.stats.duplicates += 1
+            return
+        frame.seqs.add(useq)
+        if frame.payloads is not None:
+            frame.payloads[useq] = payload
+        frame.packets += 1
+        frame.size += len(payload)
+        frame.last_ms = arrival_ms
+        if not frame.keyframe and h264_keyframe_nal(payload):
+            frame.keyframe = True
+        if marker:
+            frame.end_seq = useq
+            if self._last_end is None or useq > self._last_end:
+                self._last_end = useq
+        if frame.end_seq is not None and frame.packets >= frame.end_seq - frame.first_seq + 1:
+            self._close(frame, frame.end_seq)
+
+    def flush(self) -> None:
+        """Close every frame still waiting, incomplete."""
+        self._expire(everything=True)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _unwrap(self, seq: int) -> int:
+        if self._last_seq is None:
+            self._last_seq = seq + SEQ_MOD  # room below for reordered first packets
+            return self._last_seq
+        delta = (seq - self._last_seq) % SEQ_MOD
+        if delta >= SEQ_MOD // 2:
+            delta -= SEQ_MOD
+        useq = self._last_seq + delta
+        if useq > self._last_seq:
+            self._last_seq = useq
+        return useq
+
+    def _expire(self, everything: bool = False) -> None:
+        """Close, incomplete, the frames still waiting that began more than `MAX_PENDING` frames
+        ago. A frame whose marker never came ends where the next one begins."""
+        for frame in sorted(self._building.values(), key=lambda f: f.first_seq):
+            if not everything and frame.born >= self._begun - MAX_PENDING:
+                continue
+            end = frame.end_seq
+            if end is None:
+                end = max(frame.seqs) if frame.next_first is None else frame.next_first - 1
+            self._close(frame, end)
+
+    def _close(self, frame: _Building, end_seq: int) -> None:
+        del self._building[frame.rtp]
+        self._closed[frame.rtp] = None
+        if len(self._closed) > 64:
+            del self._closed[next(iter(self._closed))]
+        lost = max(0, end_seq - frame.first_seq + 1 - frame.packets)
+        complete = lost == 0 and frame.end_seq is not None
+        observed = ObservedFrame(
+            frame.rtp,
+            frame.first_ms,
+            frame.last_ms,
+            frame.size,
+            frame.packets,
+            lost,
+            frame.keyframe,
+            complete,
+            self.stats.frames,
+        )
+        self.stats.frames += 1
+        if not complete:
+            self.stats.incomplete += 1
+            self.stats.lost_packets += lost
+        access_unit = b""
+        if frame.payloads is not None and complete:
+            access_unit = _depayload([frame.payloads[s] for s in sorted(frame.payloads)])
+        self.on_frame(observed, access_unit)
+
+
+def _depayload(payloads: list[bytes]) -> bytes:
+    """RTP payloads of one frame, in sequence order → one Annex B access unit."""
+    parts = []
+    for payload in payloads:
+        with contextlib.suppress(ValueError):  # an unsupported NAL type: the decoder will say
+            parts.append(H264PayloadDescriptor.parse(payload)[1])
+    return b"".join(parts)
+
+
+DecodeMode = Literal["none", "keyframes", "all"]
+DECODE_MODES: Final = ("none", "keyframes", "all")
+
+
+@dataclass
+class DecodeStats:
+    offered: int = 0  # access units handed to the decoder
+    decoded: int = 0  # pictures it gave
+    errors: int = 0  # access units it refused
+    skipped: int = 0  # dropped because the decoder fell behind
+    sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # (width, height) → pictures
+
+
+class FrameDecoder:
+    """Decodes complete frames with PyAV on a thread of its own, to prove the stream is valid
+    video of the expected size. `mode`:
+
+    - `"keyframes"`: each keyframe alone, in a fresh decoder (parameter sets and picture).
+    - `"all"`: every frame from the first keyframe on, in order, in one decoder.
+
+    There is no cheaper exact middle: the worker sends keyframes only on request, so every
+    later frame refers back through all frames to the last keyframe, and decoding one frame in
+    N means decoding them all. (Decoding a frame without its references is no check: libavcodec
+    conceals what is missing and, for some such frames, gives no picture at all.)
+
+    At most `backlog` frames wait; beyond that `"all"` stops until the next keyframe (its
+    reference chain is broken) and counts what it skipped. `offer` never blocks.
+    """
+
+    def __init__(self, mode: DecodeMode = "keyframes", backlog: int = 64) -> None:
+        if mode not in ("keyframes", "all"):
+            raise ValueError(f"decode mode must be keyframes or all, not {mode!r}")
+        self.mode = mode
+        self.stats = DecodeStats()
+        self._queue: queue.Queue[tuple[bytes, bool] | None] = queue.Queue(backlog)
+        self._chained = False  # "all": the frames so far reach back to a keyframe
+        self._thread = threading.Thread(target=self._run, name="frame-decoder", daemon=True)
+        self._thread.start()
+
+    def offer(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        """Called by the assembler for each closed frame (incomplete ones bring no bytes)."""
+        if not access_unit:
+            self._chained = False  # a lost frame breaks the chain of references
+            return
+        if frame.keyframe:
+            self._chained = True
+        elif self.mode == "keyframes" or not self._chained:
+            return
+        try:
+            self._queue.put_nowait((access_unit, frame.keyframe))
+        except queue.Full:
+            self.stats.skipped += 1
+            self._chained = False
+        else:
+            self.stats.offered += 1
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish the waiting frames and stop the thread."""
+        self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        codec: Any = None
+        while (item := self._queue.get()) is not None:
+            access_unit, keyframe = item
+            if codec is None or keyframe:
+                codec = av.CodecContext.create("h264", "r")
+                codec.thread_count = 1  # frame threads would hold pictures back
+            try:
+                pictures = codec.decode(av.Packet(access_unit))
+            except av.FFmpegError:
+                self.stats.errors += 1
+                continue
+            for picture in pictures:
+                self.stats.decoded += 1
+                size = (picture.width, picture.height)
+                self.stats.sizes[size] = self.stats.sizes.get(size, 0) + 1
+
+
+class _DiscardQueue(queue.Queue[Any]):
+    """Stands in for aiortc's decoder queue: drops encoded frames, passes the stop signal."""
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if item is None:
+            super().put(item, block, timeout)
+
+
+def observe_receiver(
+    receiver: RTCRtpReceiver,
+    assembler: FrameAssembler,
+    decode_in_aiortc: bool = False,
+) -> None:
+    """Feed `assembler` every RTP packet `receiver` gets, before aiortc handles it.
+
+    Retransmissions (RTX) are unwrapped to the packet they repair. With `decode_in_aiortc`
+    False, aiortc's decoder thread gets no frames: its input queue is swapped, before
+    `receive()` starts the thread, for one that keeps only the stop signal, so the track never
+    yields a frame and no CPU goes to decoding. Call it right after `addTransceiver`.
+    """
+    handle = getattr(receiver, "_handle_rtp_packet", None)
+    if not callable(handle) or not hasattr(receiver, "_RTCRtpReceiver__decoder_queue"):
+        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook to observe")
+    if not decode_in_aiortc:
+        if getattr(receiver, "_RTCRtpReceiver__decoder_thread", None) is not None:
+            raise RuntimeError("the receiver already decodes: observe it before negotiating")
+        receiver._RTCRtpReceiver__decoder_queue = _DiscardQueue()
+    codecs: dict[int, Any] = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
+    rtx_ssrc: dict[int, int] = receiver._RTCRtpReceiver__rtx_ssrc  # type: ignore[attr-defined]
+    add = assembler.add
+    monotonic = time.monotonic
+
+    async def observed(packet: RtpPacket, arrival_time_ms: int) -> None:
+        now = monotonic() * 1000.0
+        codec = codecs.get(packet.payload_type)
+        if codec is not None:
+            if codec.name == "rtx":
+                apt = codec.parameters.get("apt")
+                original = rtx_ssrc.get(packet.ssrc)
+                if isinstance(apt, int) and original is not None and len(packet.payload) >= 2:
+                    repaired = unwrap_rtx(packet, payload_type=apt, ssrc=original)
+                    add(
+                        repaired.sequence_number,
+                        repaired.timestamp,
+                        repaired.marker,
+                        repaired.payload,
+                        now,
+                    )
+            elif codec.name == "H264":
+                add(packet.sequence_number, packet.timestamp, packet.marker, packet.payload, now)
+        await handle(packet, arrival_time_ms)
+
+    receiver._handle_rtp_packet = observed  # type: ignore[method-assign]

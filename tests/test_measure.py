@@ -1,0 +1,338 @@
+"""The measurement parts on their own: frame assembly, decoding, clock alignment, breakdowns."""
+
+from __future__ import annotations
+
+import fractions
+import random
+
+import av
+import numpy as np
+import pytest
+from aiortc.codecs.h264 import H264Encoder
+
+from render_server.encode.x264 import x264_options
+from render_server.measure.frames import (
+    FrameAssembler,
+    FrameDecoder,
+    ObservedFrame,
+    h264_keyframe_nal,
+)
+from render_server.measure.latency import (
+    FRAME_STAGES,
+    INPUT_STAGES,
+    ClockOffset,
+    LatencyMatcher,
+    TimingRecord,
+    frame_breakdown,
+    input_breakdown,
+    parse_timing,
+    percentiles,
+)
+
+P_SLICE = bytes([0x41]) + b"p" * 40
+IDR_SLICE = bytes([0x65]) + b"i" * 40
+SPS, PPS = bytes([0x67, 0x42, 0xE0, 0x1F]), bytes([0x68, 0xCE, 0x3C, 0x80])
+
+
+def stap_a(*nals: bytes) -> bytes:
+    return bytes([0x78]) + b"".join(len(n).to_bytes(2, "big") + n for n in nals)
+
+
+def fu_a(nal: bytes, parts: int) -> list[bytes]:
+    """`nal` split into `parts` FU-A fragments."""
+    body, step = nal[1:], -(-len(nal[1:]) // parts)
+    chunks = [body[i : i + step] for i in range(0, len(body), step)]
+    out = []
+    for i, chunk in enumerate(chunks):
+        header = (0x80 if i == 0 else 0) | (0x40 if i == len(chunks) - 1 else 0) | (nal[0] & 0x1F)
+        out.append(bytes([(nal[0] & 0xE0) | 28, header]) + chunk)
+    return out
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.frames: list[ObservedFrame] = []
+
+    def __call__(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        self.frames.append(frame)
+
+
+def packets_of(frames: list[list[bytes]], first_seq: int = 100, ts0: int = 5000) -> list[tuple]:
+    """(seq, timestamp, marker, payload) for frames given as lists of payloads."""
+    out, seq = [], first_seq
+    for i, payloads in enumerate(frames):
+        for j, payload in enumerate(payloads):
+            ts = (ts0 + 3000 * i) & 0xFFFFFFFF
+            out.append((seq & 0xFFFF, ts, j == len(payloads) - 1, payload))
+            seq += 1
+    return out
+
+
+def feed(assembler: FrameAssembler, packets: list[tuple]) -> None:
+    for arrival, (seq, ts, marker, payload) in enumerate(packets):
+        assembler.add(seq, ts, marker, payload, float(arrival))
+
+
+# -- keyframes ----------------------------------------------------------------------------------
+
+
+def test_keyframes_are_told_by_idr_or_sps_in_any_packetization() -> None:
+    assert h264_keyframe_nal(IDR_SLICE)
+    assert h264_keyframe_nal(SPS)
+    assert not h264_keyframe_nal(P_SLICE)
+    assert h264_keyframe_nal(stap_a(SPS, PPS))
+    assert not h264_keyframe_nal(stap_a(PPS, bytes([0x06, 0x05])))  # PPS and SEI only
+    first, *rest = fu_a(IDR_SLICE, 3)
+    assert h264_keyframe_nal(first) and not any(h264_keyframe_nal(p) for p in rest)
+    assert not any(h264_keyframe_nal(p) for p in fu_a(P_SLICE, 3))
+    assert not h264_keyframe_nal(b"")
+
+
+# -- assembly -----------------------------------------------------------------------------------
+
+
+def test_frames_close_on_the_marker_in_order() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    frames = [[stap_a(SPS, PPS), *fu_a(IDR_SLICE, 3)], [P_SLICE], fu_a(P_SLICE, 2)]
+    packets = packets_of(frames)
+    feed(assembler, packets)
+    assert [(f.packets, f.keyframe, f.complete, f.lost) for f in got.frames] == [
+        (4, True, True, 0),
+        (1, False, True, 0),
+        (2, False, True, 0),
+    ]
+    # each closes at its own marker packet, not when the next frame starts
+    assert [f.last_ms for f in got.frames] == [3.0, 4.0, 6.0]
+    assert [f.first_ms for f in got.frames] == [0.0, 4.0, 5.0]
+    assert [f.rtp for f in got.frames] == [5000, 8000, 11000]
+    assert got.frames[0].size == sum(len(p) for p in frames[0])
+    assert assembler.stats.frames == 3 and assembler.stats.incomplete == 0
+
+
+def test_reordered_packets_complete_the_frame_when_the_last_one_arrives() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    packets = packets_of([fu_a(IDR_SLICE, 3), fu_a(P_SLICE, 3)])
+    order = [0, 2, 1, 4, 5, 3]  # marker before a middle packet; next frame's first last
+    for arrival, i in enumerate(order):
+        seq, ts, marker, payload = packets[i]
+        assembler.add(seq, ts, marker, payload, float(arrival))
+    assert [(f.complete, f.packets, f.last_ms) for f in got.frames] == [
+        (True, 3, 2.0),
+        (True, 3, 5.0),
+    ]
+
+
+def test_sequence_numbers_wrap() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    feed(assembler, packets_of([fu_a(IDR_SLICE, 3), fu_a(P_SLICE, 3)], first_seq=65534))
+    assert [(f.complete, f.packets) for f in got.frames] == [(True, 3), (True, 3)]
+
+
+def test_a_lost_packet_leaves_its_frame_incomplete_and_counted() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    frames = [[P_SLICE]] + [fu_a(P_SLICE, 3)] + [[P_SLICE]] * 12
+    packets = packets_of(frames)
+    del packets[2]  # the middle fragment of the second frame
+    feed(assembler, packets)
+    assembler.flush()
+    by_rtp = {f.rtp: f for f in got.frames}
+    assert len(by_rtp) == 14
+    lossy = by_rtp[8000]
+    assert not lossy.complete and lossy.lost == 1 and lossy.packets == 2
+    assert all(f.complete for rtp, f in by_rtp.items() if rtp != 8000)
+    assert assembler.stats.lost_packets == 1 and assembler.stats.incomplete == 1
+
+
+def test_a_lost_marker_ends_the_frame_where_the_next_begins() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    packets = packets_of([[P_SLICE]] + [fu_a(P_SLICE, 3)] + [[P_SLICE]] * 12)
+    del packets[3]  # the marker of the second frame
+    feed(assembler, packets)
+    by_rtp = {f.rtp: f for f in got.frames}
+    assert not by_rtp[8000].complete and by_rtp[8000].lost == 1
+    assert by_rtp[11000].complete  # the next frame does not inherit the gap
+
+
+def test_a_lost_first_packet_is_counted_against_its_frame() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    packets = packets_of([[P_SLICE]] + [fu_a(P_SLICE, 3)] + [[P_SLICE]] * 12)
+    del packets[1]
+    feed(assembler, packets)
+    by_rtp = {f.rtp: f for f in got.frames}
+    assert not by_rtp[8000].complete and by_rtp[8000].lost == 1
+
+
+def test_a_retransmitted_packet_completes_a_waiting_frame_and_duplicates_are_ignored() -> None:
+    got = Collect()
+    assembler = FrameAssembler(got)
+    packets = packets_of([fu_a(IDR_SLICE, 3), [P_SLICE], [P_SLICE]])
+    missing = packets.pop(1)
+    feed(assembler, packets)
+    assert [f.rtp for f in got.frames] == [8000, 11000]  # the first waits for its packet
+    assembler.add(missing[0], missing[1], missing[2], missing[3], 10.0)
+    assembler.add(missing[0], missing[1], missing[2], missing[3], 11.0)  # a second copy
+    assert got.frames[-1].rtp == 5000 and got.frames[-1].complete
+    assert got.frames[-1].last_ms == 10.0
+    assert assembler.stats.late == 1
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def encoded_stream(count: int, width: int = 160, height: int = 96) -> list[av.Packet]:
+    encoder = av.CodecContext.create("libx264", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuv420p"
+    encoder.time_base = fractions.Fraction(1, 30)
+    encoder.bit_rate = 300_000
+    encoder.options = x264_options(1)
+    ramp = np.tile(np.arange(width, dtype=np.uint8)[None, :, None], (height, 1, 3))
+    out = []
+    for i in range(count):
+        frame = av.VideoFrame.from_ndarray(np.roll(ramp, 3 * i, axis=1), format="rgb24")
+        frame = frame.reformat(format="yuv420p")
+        frame.pts = i
+        for packet in encoder.encode(frame):
+            packet.time_base = encoder.time_base
+            out.append(packet)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["keyframes", "all"])
+def test_decoder_decodes_frames_assembled_from_aiortc_packetization(mode: str) -> None:
+    decoder = FrameDecoder(mode)  # type: ignore[arg-type]
+    got = Collect()
+
+    def on_frame(frame: ObservedFrame, access_unit: bytes) -> None:
+        got(frame, access_unit)
+        decoder.offer(frame, access_unit)
+
+    assembler = FrameAssembler(on_frame, keep_payload=True)
+    packetizer = H264Encoder()
+    seq = random.randrange(1 << 16)
+    for packet in encoded_stream(12):
+        payloads, timestamp = packetizer.pack(packet)
+        for i, payload in enumerate(payloads):
+            assembler.add(seq & 0xFFFF, timestamp, i == len(payloads) - 1, payload, 0.0)
+            seq += 1
+    decoder.close()
+    assert len(got.frames) == 12 and all(f.complete for f in got.frames)
+    assert [f.keyframe for f in got.frames] == [True] + [False] * 11
+    expected = 1 if mode == "keyframes" else 12
+    assert decoder.stats.errors == 0
+    assert decoder.stats.sizes == {(160, 96): expected}
+
+
+def test_decoder_waits_for_a_keyframe_after_a_lost_frame() -> None:
+    decoder = FrameDecoder("all")
+    key = ObservedFrame(1, 0, 0, 10, 1, 0, True, True, 0)
+    delta = ObservedFrame(2, 0, 0, 10, 1, 0, False, True, 1)
+    lost = ObservedFrame(3, 0, 0, 10, 1, 1, False, False, 2)
+    decoder.offer(delta, b"x")  # nothing before a keyframe
+    decoder.offer(key, b"\x00\x00\x00\x01\x65")
+    decoder.offer(delta, b"\x00\x00\x00\x01\x41")
+    decoder.offer(lost, b"")
+    decoder.offer(delta, b"\x00\x00\x00\x01\x41")  # its references are gone
+    decoder.close()
+    assert decoder.stats.offered == 2
+
+
+# -- clock and records --------------------------------------------------------------------------
+
+
+def test_clock_offset_comes_from_the_ping_with_the_smallest_round_trip() -> None:
+    clock = ClockOffset(window=3)
+    clock.add(0.0, 1010.0, 30.0)  # rtt 30, offset 995
+    clock.add(100.0, 1105.0, 104.0)  # rtt 4, offset 1003
+    clock.add(200.0, 1220.0, 212.0)  # rtt 12
+    assert clock.offset == 1003.0 and clock.best.rtt == 4.0
+    assert clock.to_worker(10.0) == 1013.0
+    for t in (300.0, 400.0, 500.0):  # the best one leaves the window
+        clock.add(t, t + 1000.0 + 5, t + 10)
+    assert clock.best.rtt == 10.0 and clock.offset == 1000.0
+    with pytest.raises(ValueError):
+        clock.add(10.0, 0.0, 5.0)
+    with pytest.raises(LookupError):
+        ClockOffset().to_worker(0.0)
+
+
+def test_timing_records_parse_and_refuse_malformed_rows() -> None:
+    row = [4294967295, 7, 10.5, 11, 12.5, 14, 14.1, 15, 1200, 1]
+    (record,) = parse_timing({"type": "timing", "frames": [row]})
+    assert record == TimingRecord(4294967295, 7, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, True)
+    none = TimingRecord.parse([5, -1, None, 1, 2, 3, 4, 5, 10, 0])
+    assert none.input_ms is None and not none.keyframe
+    for bad in (
+        row[:9],
+        [2**32, *row[1:]],
+        [1, -2, *row[2:]],
+        [1, 7, "x", *row[3:]],
+        [*row[:3], float("nan"), *row[4:]],
+        [*row[:8], -1, 1],
+        [*row[:9], 2],
+        "nope",
+    ):
+        with pytest.raises(ValueError):
+            TimingRecord.parse(bad)
+    with pytest.raises(ValueError):
+        parse_timing({"type": "pong"})
+
+
+def test_breakdown_stages_add_up_to_the_totals() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        t = sorted(rng.uniform(0, 1000) for _ in range(8))
+        sent, arrived_input, r0, r1, e1, h, s, arrived = t
+        record = TimingRecord(1, 3, arrived_input, r0, r1, e1, h, s, 100, False)
+        frame = frame_breakdown(record, arrived)
+        assert sum(getattr(frame, k) for k in FRAME_STAGES) == pytest.approx(frame.total)
+        assert frame.total == pytest.approx(arrived - r0)
+        taken = input_breakdown(2, sent, record, arrived)
+        assert sum(getattr(taken, k) for k in INPUT_STAGES) == pytest.approx(taken.total)
+        assert taken.total == pytest.approx(arrived - sent)
+    with pytest.raises(ValueError):
+        input_breakdown(4, 0.0, TimingRecord(1, 3, 1.0, 2, 3, 4, 5, 6, 1, False), 9.0)
+
+
+def test_matcher_pairs_records_with_frames_and_inputs_with_the_first_frame_showing_them() -> None:
+    matcher = LatencyMatcher()
+    matcher.clock.add(0.0, 500.0, 2.0)  # worker = client + 499
+    # inputs 1..3 sent at client 10, 20, 30 (worker 509, 519, 529)
+    for seq, t in ((1, 10.0), (2, 20.0), (3, 30.0)):
+        matcher.input_sent(seq, t)
+    rows = [
+        [100, 1, 512.0, 515, 520, 523, 523.5, 524, 900, 1],
+        [200, -1, None, 548, 550, 552, 552.5, 553, 300, 0],
+        [300, 3, 532.0, 581, 583, 585, 585.5, 586, 300, 0],  # took inputs 2 and 3 at once
+        [400, -1, None, 615, 617, 619, 619.5, 620, 300, 0],  # never arrives
+    ]
+    matcher.add_timing({"type": "timing", "frames": rows})
+    for rtp, last in ((100, 27.0), (200, 56.0), (300, 89.0), (999, 95.0)):  # client clock
+        matcher.add_frame(ObservedFrame(rtp, last - 1, last, 500, 2, 0, rtp == 100, True))
+    report = matcher.report()
+    assert report["frames"] == 3 and report["unmatched_records"] == 1
+    assert report["unmatched_frames"] == 1 and report["inputs_answered"] == 3
+    inputs = {b.seq: b for b in matcher.input_breakdowns()}
+    assert inputs[1].total == pytest.approx(27 + 499 - 509)
+    assert inputs[2].total == pytest.approx(89 + 499 - 519)  # reflected first by frame 300
+    assert inputs[2].input == pytest.approx(532 - 519) and inputs[2].wait == pytest.approx(49)
+    frames = {b.rtp: b for b in matcher.frame_breakdowns()}
+    assert frames[200].total == pytest.approx(56 + 499 - 548)
+    assert frames[200].network == pytest.approx(56 + 499 - 553)
+    assert report["glass_to_glass"]["count"] == 3
+    assert set(report["stages"]) == set(INPUT_STAGES)
+    assert report["clock"] == {"offset_ms": 499.0, "rtt_ms": 2.0, "samples": 1}
+    matcher.add_timing({"type": "timing", "frames": [[1, 2]]})
+    assert matcher.report()["bad_records"] == 1
+
+
+def test_percentiles() -> None:
+    assert percentiles([]) is None
+    summary = percentiles(float(v) for v in range(101))
+    assert summary == {"p50": 50.0, "p95": 95.0, "p99": 99.0, "mean": 50.0, "count": 101}
+    assert percentiles([3.0])["p99"] == 3.0  # type: ignore[index]
