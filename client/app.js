@@ -1,6 +1,6 @@
 // The designer page: a full-window stream with a toolbar (quality, bitrate cap, mouse capture,
 // stats, fullscreen) and a stats panel. Everything stream-related lives in the SDK.
-import { RenderStream, State } from './render-stream.js';
+import { RenderStream, STAGES, State } from './render-stream.js';
 
 const $ = (id) => document.getElementById(id);
 const stage = $('stage');
@@ -53,9 +53,43 @@ stream.addEventListener('stats', ({ detail: s }) => {
   $('stat-buffer').textContent = ms(s.jitterBufferDelayMs);
   $('stat-decode').textContent = ms(s.decodeMs);
   $('stat-rtt').textContent = ms(s.rttMs);
+  showLatency(s.latency);
   $('stat-session').textContent = (s.sessionId || '').slice(0, 8);
   $('stat-session').title = s.sessionId || '';
 });
+
+const STAGE_LABELS = {
+  input: 'input', wait: 'wait for frame', render: 'render', encode: 'encode', send: 'send',
+  network: 'network', jitterBuffer: 'jitter buffer', decode: 'decode', display: 'display',
+};
+
+// a live stacked bar of the median of each stage, input to photon (or glass to glass when the
+// camera has not moved lately), scaled so that 100 ms fills the bar
+function showLatency(latency) {
+  if (!latency || !latency.frames) return;
+  const p50 = (summary) => (summary && summary.p50 !== null ? summary.p50 : null);
+  $('stat-g2g').textContent = ms(p50(latency.glassToGlass));
+  $('stat-i2p').textContent = ms(p50(latency.inputToPhoton));
+  const withInput = p50(latency.inputToPhoton) !== null;
+  const bar = $('latency-bar');
+  const legend = $('latency-legend');
+  bar.replaceChildren();
+  legend.replaceChildren();
+  for (const stage of STAGES) {
+    const value = p50(latency.stages[stage]);
+    if (value === null || (!withInput && (stage === 'input' || stage === 'wait'))) continue;
+    const segment = document.createElement('span');
+    segment.className = `stage stage-${stage}`;
+    segment.style.width = `${Math.max(0, Math.min(100, value))}%`;
+    segment.title = `${STAGE_LABELS[stage]}: ${value.toFixed(1)} ms`;
+    segment.dataset.stage = stage;
+    bar.append(segment);
+    const item = document.createElement('li');
+    item.className = `stage-${stage}`;
+    item.textContent = `${STAGE_LABELS[stage]} ${value.toFixed(1)}`;
+    legend.append(item);
+  }
+}
 
 stream.addEventListener('error', ({ detail }) => console.warn('render-server:', detail.code, detail.message));
 

@@ -84,20 +84,20 @@ export class InputCapture {
       x: locked ? 0 : (event.clientX - rect.left) / h, y: locked ? 0 : (event.clientY - rect.top) / h,
       dx: (event.movementX || 0) / h, dy: (event.movementY || 0) / h,
       buttons: event.buttons, shift: event.shiftKey, locked,
-    });
+    }, event.timeStamp);
   }
 
   _wheel(event) {
     event.preventDefault();
     const scale = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? this._unit() : 1;
-    this.stream.sendInput({ type: 'wheel', dy: event.deltaY * scale });
+    this.stream.sendInput({ type: 'wheel', dy: event.deltaY * scale }, event.timeStamp);
   }
 
   _key(action, event) {
     if (event.code === 'Escape' && action === 'down') this.unlock();
     if (NAVIGATION_KEYS.has(event.code)) event.preventDefault();
     if (event.repeat) return;
-    this.stream.sendInput({ type: 'key', action, code: event.code });
+    this.stream.sendInput({ type: 'key', action, code: event.code }, event.timeStamp);
   }
 
   _touch(action, event) {
@@ -107,7 +107,7 @@ export class InputCapture {
     const touches = [...event.touches].slice(0, 10).map((t) => ({
       id: t.identifier, x: (t.clientX - rect.left) / h, y: (t.clientY - rect.top) / h,
     }));
-    this.stream.sendInput({ type: 'touch', action, touches });
+    this.stream.sendInput({ type: 'touch', action, touches }, event.timeStamp);
   }
 
   _pollGamepad() {

@@ -95,6 +95,56 @@ export interface StreamStats {
   nackCount: number;
   pliCount: number;
   quality: AppliedQuality | null;
+  latency: LatencySummary;
+}
+
+/** Latency stages in order: the input's, then a frame's from its start to the glass. */
+export declare const STAGES: readonly ['input', 'wait', 'render', 'encode', 'send', 'network', 'jitterBuffer', 'decode', 'display'];
+export type Stage = (typeof STAGES)[number];
+
+export interface Percentiles { p50: number | null; p95: number | null; p99: number | null; count: number }
+
+export interface LatencySummary {
+  /** Frames with a breakdown (the most recent ones kept). */
+  frames: number;
+  displayed: number;
+  matched: number;
+  /** Displayed frames whose timing record never arrived. */
+  unmatched: number;
+  clockOffsetMs: number | null;
+  clockRttMs: number | null;
+  /** Frame start on the worker → expected on the glass. */
+  glassToGlass: Percentiles;
+  /** The user's input → the first frame that shows it, on the glass. */
+  inputToPhoton: Percentiles;
+  stages: Record<Stage, Percentiles>;
+}
+
+export interface FrameLatency {
+  rtp: number;
+  seq: number;
+  bytes: number;
+  keyframe: boolean;
+  stages: Partial<Record<Stage, number>>;
+  glassToGlass: number;
+  inputToPhoton: number | null;
+}
+
+/** Matches the worker's per-frame timing records with displayed frames on one clock. */
+export declare class LatencyMeter {
+  constructor();
+  readonly frames: FrameLatency[];
+  readonly displayed: number;
+  readonly matched: number;
+  readonly unmatched: number;
+  readonly offset: number | null;
+  readonly rttMs: number | null;
+  reset(): void;
+  onPong(message: { t: number; w: number }, receivedAt: number): void;
+  onInput(seq: number, at: number): void;
+  onTiming(rows: unknown[][]): void;
+  onFrameShown(now: number, meta: VideoFrameCallbackMetadata): void;
+  summary(): LatencySummary;
 }
 
 export interface StateDetail { state: StreamState; reason: string }
@@ -131,13 +181,17 @@ export declare class RenderStream extends EventTarget {
   readonly quality: AppliedQuality | null;
   readonly position: number | null;
   readonly capture: InputCapture | null;
+  readonly latencyMeter: LatencyMeter;
   /** Resolves when the first frame plays; rejects if the stream fails before. */
   readonly ready: Promise<RenderStream>;
   /** Resolves when the stream ends or fails for good. */
   readonly closed: Promise<StateDetail>;
 
   start(): Promise<RenderStream>;
-  sendInput(event: InputEvent | Record<string, unknown>): boolean;
+  /** `timeStamp`: when the user acted (an event's `timeStamp`), for input-to-photon. */
+  sendInput(event: InputEvent | Record<string, unknown>, timeStamp?: number): boolean;
+  /** Latency percentiles over the recent frames. */
+  latency(): LatencySummary;
   setQuality(quality: Quality | 'window' | null): Promise<AppliedQuality>;
   requestKeyframe(): boolean;
   /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay). */
@@ -158,7 +212,7 @@ export interface InputCaptureOptions {
 
 /** Mouse, wheel, keys, touch and gamepad on `surface` → `stream.sendInput`. */
 export declare class InputCapture {
-  constructor(stream: { sendInput(event: InputEvent): boolean }, surface: HTMLElement, options?: InputCaptureOptions);
+  constructor(stream: { sendInput(event: InputEvent, timeStamp?: number): boolean }, surface: HTMLElement, options?: InputCaptureOptions);
   pointerLock: boolean;
   readonly locked: boolean;
   lock(): Promise<void>;

@@ -5,8 +5,9 @@
 //   const stream = await RenderStream.connect(document.querySelector('#view'), { token });
 
 import { InputCapture } from './input-capture.js';
+import { LatencyMeter, STAGES } from './latency.js';
 
-export { InputCapture };
+export { InputCapture, LatencyMeter, STAGES };
 
 export const PROTOCOL_VERSION = 1;
 export const SUBPROTOCOL = 'render-server.v1';
@@ -28,6 +29,10 @@ const PEER_DISCONNECT_GRACE_MS = 1500;  // ICE "disconnected" often heals by its
 const PEER_CONNECT_TIMEOUT_MS = 10000;
 const REQUEST_TIMEOUT_MS = 10000;
 const RESIZE_DEBOUNCE_MS = 300;
+const PING_FIRST_MS = 100;  // five quick pings align the clocks at once, then one a second
+const PING_EVERY_MS = 1000;
+// input that steers the camera: numbered, so that frames can say which input they show
+const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
 // errors on resume that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
 
@@ -109,6 +114,9 @@ export class RenderStream extends EventTarget {
     this._statsTimer = null;
     this._lastInbound = null;
     this._frozen = false;
+    this._inputSeq = 0;
+    this._pingTimer = null;
+    this.latencyMeter = new LatencyMeter();
     this._freeze = this._makeFreezeCanvas();
     this._watchSize();
     this.capture = !(element instanceof HTMLVideoElement) && input
@@ -126,12 +134,23 @@ export class RenderStream extends EventTarget {
     return this.ready;
   }
 
-  /** Sends one input event (see docs/data-channel.md); false if the channel is not open. */
-  sendInput(event) {
+  /**
+   * Sends one input event (see docs/data-channel.md); false if the channel is not open.
+   * `timeStamp` is when the user acted (an event's `timeStamp`), for input-to-photon figures.
+   */
+  sendInput(event, timeStamp = performance.now()) {
     if (!this.input || this.input.readyState !== 'open') return false;
+    if (STEERING.has(event.type)) {
+      const seq = ++this._inputSeq;
+      this.latencyMeter.onInput(seq, timeStamp);
+      event = { ...event, seq };
+    }
     this.input.send(JSON.stringify(event));
     return true;
   }
+
+  /** Latency percentiles (ms): glass-to-glass, input-to-photon and each stage. */
+  latency() { return this.latencyMeter.summary(); }
 
   /**
    * Asks the worker for a resolution, frame rate and bitrate cap: `{width, height, fps, maxKbps}`
@@ -269,7 +288,10 @@ export class RenderStream extends EventTarget {
     const channel = pc.createDataChannel('input', { ordered: true });
     this.input = channel;
     // a size to match the window waits for the worker's first `quality` message: its limits
-    channel.onopen = () => { if (this._wantedQuality && !this._wantedQuality.matchWindow) this._sendQuality().catch(() => {}); };
+    channel.onopen = () => {
+      if (this._wantedQuality && !this._wantedQuality.matchWindow) this._sendQuality().catch(() => {});
+      this._startPings(channel);
+    };
     channel.onmessage = (event) => this._onWorkerMessage(event.data);
     channel.onclose = () => { if (pc === this.pc) this._peerLost('data channel closed'); };
     pc.onicecandidate = ({ candidate }) => {
@@ -304,9 +326,30 @@ export class RenderStream extends EventTarget {
   }
 
   _awaitFirstFrame(pc) {
-    const shown = () => { if (pc === this.pc) this._onStreaming(); };
-    if (this.video.requestVideoFrameCallback) this.video.requestVideoFrameCallback(shown);
-    else this.video.addEventListener('playing', shown, { once: true });
+    if (!this.video.requestVideoFrameCallback) {
+      this.video.addEventListener('playing', () => { if (pc === this.pc) this._onStreaming(); }, { once: true });
+      return;
+    }
+    // every displayed frame: the first one means streaming; each one feeds the latency meter
+    const shown = (now, meta) => {
+      if (pc !== this.pc) return;
+      this._onStreaming();
+      this.latencyMeter.onFrameShown(now, meta);
+      this.video.requestVideoFrameCallback(shown);
+    };
+    this.video.requestVideoFrameCallback(shown);
+  }
+
+  _startPings(channel) {
+    clearTimeout(this._pingTimer);
+    this.latencyMeter.reset();
+    let sent = 0;
+    const ping = () => {
+      if (channel !== this.input || channel.readyState !== 'open') return;
+      channel.send(JSON.stringify({ type: 'ping', id: ++sent, t: performance.now() }));
+      this._pingTimer = setTimeout(ping, sent < 5 ? PING_FIRST_MS : PING_EVERY_MS);
+    };
+    ping();
   }
 
   _onStreaming() {
@@ -332,6 +375,7 @@ export class RenderStream extends EventTarget {
 
   _dropPeer() {
     clearTimeout(this._peerTimer);
+    clearTimeout(this._pingTimer);
     const pc = this.pc;
     this.pc = null;
     this.input = null;
@@ -351,8 +395,11 @@ export class RenderStream extends EventTarget {
   }
 
   _onWorkerMessage(text) {
+    const receivedAt = performance.now();
     let message;
     try { message = JSON.parse(text); } catch { return; }
+    if (message.type === 'pong') { this.latencyMeter.onPong(message, receivedAt); return; }
+    if (message.type === 'timing') { this.latencyMeter.onTiming(message.frames || []); return; }
     const pending = message.id !== undefined ? this._pending.get(message.id) : undefined;
     if (pending && (message.type === 'result' || message.type === 'error')) {
       this._pending.delete(message.id);
@@ -465,7 +512,8 @@ export class RenderStream extends EventTarget {
   /**
    * The current figures: fps, kbps, width, height, codec, rttMs, packetsLost, lossPercent,
    * jitterMs, jitterBufferDelayMs, decodeMs, framesDecoded, framesDropped, freezeCount,
-   * nackCount, pliCount (rates over the time since the last periodic `stats` event).
+   * nackCount, pliCount (rates over the time since the last periodic `stats` event), the
+   * worker's `quality` and `latency` (as `latency()`).
    */
   async stats() {
     return this._stats(false);
@@ -512,6 +560,7 @@ export class RenderStream extends EventTarget {
       nackCount: inbound.nackCount || 0,
       pliCount: inbound.pliCount || 0,
       quality: this.quality,
+      latency: this.latencyMeter.summary(),
     };
   }
 

@@ -20,6 +20,7 @@ from .config import (
     StreamConfig,
     WorkerConfig,
     env_value,
+    parse_debug_delays,
 )
 
 DESCRIPTION = """\
@@ -44,6 +45,11 @@ def _env(name: str, fallback: str) -> str:
 
 def _flag(name: str) -> bool:
     return _env(name, "") in ("1", "true", "yes")
+
+
+def _optional_float(name: str) -> float | None:
+    text = _env(name, "")
+    return float(text) if text else None
 
 
 def _list(name: str) -> list[str]:
@@ -102,6 +108,11 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--animate", action="store_true", default=_flag("animate"),
         help="orbit the camera slowly on its own",
+    )  # fmt: skip
+    g.add_argument(
+        "--idle-fps", type=float, default=_optional_float("idle_fps"),
+        help="repeat a still picture this often; input still starts a frame at once "
+        "(default: half of --fps)",
     )  # fmt: skip
     g.add_argument(
         "--connect-timeout", type=float, default=float(_env("connect_timeout", "20")),
@@ -188,6 +199,8 @@ def _stream_config(args: argparse.Namespace) -> StreamConfig:
         animate=args.animate,
         connect_timeout_s=args.connect_timeout,
         idle_timeout_s=args.idle_timeout or None,
+        idle_fps=args.idle_fps,
+        debug_delays_ms=parse_debug_delays(_env("debug_delay_ms", "")),
     )
 
 

@@ -66,6 +66,21 @@ def default_bitrate(resolution: Resolution, fps: float) -> int:
     return int(min(max(bits, 1_000_000), 60_000_000))
 
 
+DEBUG_DELAY_STAGES = ("render", "encode")
+
+
+def parse_debug_delays(text: str) -> tuple[tuple[str, float], ...]:
+    """`render=40,encode=5` → (("render", 40.0), ("encode", 5.0))."""
+    delays = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        stage, _, ms = item.partition("=")
+        try:
+            delays.append((stage.strip(), float(ms)))
+        except ValueError:
+            raise ConfigError(f"debug delay {item!r} is not stage=milliseconds") from None
+    return tuple(delays)
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     """What every session of a worker renders and sends."""
@@ -82,8 +97,20 @@ class StreamConfig:
     keyframe_min_interval_s: float = 0.25
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
     idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
+    idle_fps: float | None = None  # repeats of a still picture; None: half of `fps`
+    # test-only: milliseconds added to a pipeline stage, to check that the latency figures
+    # put them where they belong (RENDER_SERVER_DEBUG_DELAY_MS="render=40")
+    debug_delays_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.idle_fps is not None and not (0.5 <= self.idle_fps <= MAX_FPS):
+            raise ConfigError(f"idle fps {self.idle_fps} is outside 0.5..{MAX_FPS}")
+        for stage, ms in self.debug_delays_ms:
+            if stage not in DEBUG_DELAY_STAGES or not (0 <= ms <= 1000):
+                raise ConfigError(
+                    f"debug delay {stage}={ms}: stage must be one of "
+                    f"{', '.join(DEBUG_DELAY_STAGES)}, delay 0..1000 ms"
+                )
         if (
             self.max_resolution.width < self.resolution.width
             or self.max_resolution.height < self.resolution.height

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
@@ -52,6 +52,16 @@ class Metrics:
         self.input_rejected = Counter(
             "worker_input_rejected", "Input messages rejected, by error code", ["code"], registry=r
         )
+
+        self.frame_stage_seconds = Histogram(
+            "worker_frame_stage_seconds",
+            "Time per frame in each worker stage: wait (input → frame start), render (with "
+            "colour conversion), encode, handoff (to aiortc), send (to the last RTP packet)",
+            ["stage"],
+            buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.012, 0.016, 0.025, 0.033, 0.05,
+                     0.075, 0.1, 0.2, 0.5),
+            registry=r,
+        )  # fmt: skip
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -46,12 +46,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(*args: str, log_path: Path, timeout: float = 120.0) -> Iterator[str]:
+def serve_process(
+    *args: str, log_path: Path, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """`render-server serve` on a free port, as a user runs it; yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "render_server", "serve", "--port", str(port), *args]
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + timeout

@@ -108,6 +108,14 @@ class SceneCommand:
     id: int | None = None
 
 
+@dataclass(frozen=True)
+class PingRequest:
+    """Clock alignment: the worker answers at once with its own clock (`pong`)."""
+
+    id: int
+    t: float  # the sender's clock, echoed
+
+
 class CommandError(InputError):
     """A command refused: answered with the command's id so the page can match it."""
 
@@ -117,7 +125,8 @@ class CommandError(InputError):
 
 
 CameraInput = PointerEvent | WheelEvent | KeyEvent | TouchEvent | BlurEvent | GamepadEvent
-InputEvent = CameraInput | QualityRequest | KeyframeRequest | SceneCommand
+InputEvent = CameraInput | QualityRequest | KeyframeRequest | SceneCommand | PingRequest
+MAX_SEQ: Final = 2**53  # a JavaScript counter stays exact up to here
 
 
 def _number(doc: dict[str, Any], key: str, limit: float, default: float | None = None) -> float:
@@ -252,6 +261,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], InputEvent]] = {
     "quality": _quality,
     "keyframe": lambda doc: KeyframeRequest(),
     "command": _command,
+    "ping": lambda doc: PingRequest(_seq(doc, "id"), _number(doc, "t", 1e15)),
 }
 INPUT_TYPES: Final = tuple(_PARSERS)
 
@@ -271,11 +281,25 @@ _EVENT_TYPES: Final[dict[type, str]] = {
     QualityRequest: "quality",
     KeyframeRequest: "keyframe",
     SceneCommand: "command",
+    PingRequest: "ping",
 }
+
+
+def _seq(doc: dict[str, Any], key: str) -> int:
+    value = doc.get(key)
+    if type(value) is not int or not 0 <= value < MAX_SEQ:
+        raise InputError("bad_input", f"`{key}` must be an integer 0..2^53")
+    return value
 
 
 def parse_input(data: str | bytes) -> InputEvent:
     """One data-channel message as a typed event, or InputError with a code and message."""
+    return parse_message(data)[0]
+
+
+def parse_message(data: str | bytes) -> tuple[InputEvent, int | None]:
+    """The typed event and its `seq` (the page's input counter, None where absent): each frame's
+    timing record names the newest input it shows, for input-to-photon figures."""
     if len(data) > MAX_INPUT_BYTES:
         raise InputError("too_large", f"input message over {MAX_INPUT_BYTES} bytes")
     try:
@@ -290,4 +314,4 @@ def parse_input(data: str | bytes) -> InputEvent:
         raise InputError(
             "unknown_type", f"unknown input type {kind!r}; known: {', '.join(INPUT_TYPES)}"
         )
-    return parser(doc)
+    return parser(doc), (_seq(doc, "seq") if "seq" in doc else None)

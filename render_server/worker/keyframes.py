@@ -24,6 +24,10 @@ class KeyframeGate:
             self._pending = True
             self.requests += 1
 
+    @property
+    def pending(self) -> bool:
+        return self._pending
+
     def take(self, now: float) -> bool:
         with self._lock:
             if self._pending and now - self._last >= self.min_interval_s:

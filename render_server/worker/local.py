@@ -120,13 +120,16 @@ class LocalWorker:
             commands=SceneCommands(self.scene, controller, pipeline.request_scene),
             quality=limits.initial(self.stream),
             quality_limits=limits,
+            idle_fps=self.stream.idle_fps,
         )
 
     def _pipeline(self) -> FramePipeline:
         pictures, encoder = self._build(self.stream.resolution, self.stream.fps, None)
+        delays = {stage: ms / 1e3 for stage, ms in self.stream.debug_delays_ms}
         return FramePipeline(
-            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self._build
-        )
+            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self._build,
+            debug_delays=delays,
+        )  # fmt: skip
 
     def _build(
         self, resolution: Resolution, fps: float, scene: Scene | None

@@ -16,6 +16,7 @@ from ..render.camera import OrbitCamera
 from ..render.scene import Scene
 from .keyframes import KeyframeGate
 from .pictures import PictureSource
+from .timing import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ class FrameTiming:
     keyframe: bool = False
     reused: bool = False
     bitrate: int = 0
+    # the worker's monotonic clock, ms: the frame's start, render (and convert) end, encode end
+    start_ms: float = 0.0
+    rendered_ms: float = 0.0
+    encoded_ms: float = 0.0
 
 
 class FramePipeline:
@@ -52,8 +57,11 @@ class FramePipeline:
         encoder: Encoder,
         keyframe_min_interval_s: float,
         factory: PipelineFactory | None = None,
+        debug_delays: dict[str, float] | None = None,
     ) -> None:
         self.pictures = pictures
+        # test-only: seconds added to a stage ("render", "encode"), to check the latency figures
+        self.debug_delays = dict(debug_delays or {})
         self.encoder = encoder
         self.keyframes = KeyframeGate(keyframe_min_interval_s)
         self.last = FrameTiming()
@@ -94,8 +102,19 @@ class FramePipeline:
         with self._lock:
             self._wanted_format = (resolution, fps)
 
+    def is_still(self, camera: OrbitCamera) -> bool:
+        """True when the next frame would repeat the last picture with nothing else to do."""
+        with self._lock:
+            pending = self._wanted_scene is not None or self._wanted_format is not None
+        return (
+            not pending
+            and self._picture is not None
+            and camera.state() == self._picture_state
+            and not self.keyframes.pending
+        )
+
     def produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
-        timing = FrameTiming()
+        timing = FrameTiming(start_ms=now_ms())
         with self._lock:
             wanted_scene, self._wanted_scene = self._wanted_scene, None
             wanted_format, self._wanted_format = self._wanted_format, None
@@ -111,19 +130,25 @@ class FramePipeline:
             fresh_encoder = self._reformat(*wanted_format)
             retarget = retarget or fresh_encoder
         state = camera.state()
+        if "render" in self.debug_delays:
+            time.sleep(self.debug_delays["render"])
         if self._picture is None or state != self._picture_state:
             self._picture = self.pictures.picture(camera)
             self._picture_state = state
             timing.stages = dict(self.pictures.stage_ms)
         else:
             timing.reused = True  # a still camera gives the same pixels: skip render and convert
+        timing.rendered_ms = now_ms()
         if retarget:
             self.encoder.set_bitrate(target)  # the encoder caps it at its configured bitrate
         timing.bitrate = self.encoder.bitrate
         timing.keyframe = self.keyframes.take(time.monotonic()) or fresh_encoder
         t0 = time.perf_counter()
         packet = self.encoder.encode(self._picture, pts, keyframe=timing.keyframe)
+        if "encode" in self.debug_delays:
+            time.sleep(self.debug_delays["encode"])
         timing.encode_ms = (time.perf_counter() - t0) * 1e3
+        timing.encoded_ms = now_ms()
         timing.bytes = packet.size if packet is not None else 0
         self.last = timing
         return packet

@@ -43,20 +43,24 @@ from .input_events import (
     CommandError,
     InputError,
     KeyframeRequest,
+    PingRequest,
     QualityRequest,
     SceneCommand,
     event_type,
-    parse_input,
+    parse_message,
 )
 from .pipeline import FramePipeline
 from .quality import QualityLimits, StreamQuality
 from .rtcp_feedback import route_rtcp_feedback
 from .scene_commands import SceneCommands, error_reply
+from .timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
 from .track import EncodedVideoTrack
 
 INPUT_CHANNEL = "input"
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
 INPUT_BURST = 200
+TIMING_INTERVAL_S = 0.1
+TIMING_BATCH = 24  # records per message: well under the data channel's message size
 
 
 def h264_codec_preferences() -> list[RTCRtpCodecCapability]:
@@ -82,6 +86,7 @@ class StreamSession:
         commands: SceneCommands,
         quality: StreamQuality,
         quality_limits: QualityLimits,
+        idle_fps: float | None = None,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -95,6 +100,12 @@ class StreamSession:
         self.commands = commands
         self.quality = quality
         self.quality_limits = quality_limits
+        self.idle_fps = idle_fps
+        self.timing = FrameTimingLog()
+        self._input_seq = -1  # the newest steering input applied, and when it arrived
+        self._input_ms: float | None = None
+        self._shown_seq = -1  # the newest input the last frame showed
+        self._frame_input: tuple[int, float | None] = (-1, None)
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers
@@ -119,6 +130,7 @@ class StreamSession:
             self._peer_deadline(connect_timeout_s, "connect_timeout")
         )
         self._idle_task = loop.create_task(self._idle_watch()) if idle_timeout_s else None
+        self._timing_task = loop.create_task(self._send_timing())
 
     # -- negotiation -----------------------------------------------------------------------
 
@@ -131,8 +143,10 @@ class StreamSession:
             self.pipeline.keyframes.request()  # the new peer's decoder starts from scratch
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
         track = EncodedVideoTrack(
-            self.pipeline, self.fps, self._camera_for_frame, self._executor, self._count_frame
-        )
+            self.pipeline, self.fps, self._camera_for_frame, self._executor, self._count_frame,
+            idle_fps=self.idle_fps,
+        )  # fmt: skip
+        self.timing = FrameTimingLog()  # a new sender: a new RTP timestamp origin
         self.pc, self.track, self.input_channel = pc, track, None
         self.peers += 1
         pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
@@ -142,6 +156,8 @@ class StreamSession:
         route_rtcp_feedback(
             transceiver.sender, self.pipeline.keyframes.request, self._on_receiver_estimate
         )
+        timing = self.timing
+        watch_sent_packets(transceiver.sender, timing.packet_sent)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError/OperationError/others on bad SDP
@@ -179,7 +195,7 @@ class StreamSession:
         await asyncio.shield(self._close_task)
 
     async def _teardown(self, reason: str) -> None:
-        for task in (self._timeout_task, self._idle_task):
+        for task in (self._timeout_task, self._idle_task, self._timing_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         await self._drop_peer()
@@ -215,9 +231,29 @@ class StreamSession:
 
     def _camera_for_frame(self, dt: float) -> OrbitCamera:
         self.controller.tick(dt)
+        if self._input_seq > self._shown_seq:
+            self._frame_input = (self._input_seq, self._input_ms)
+            self._shown_seq = self._input_seq
+        else:
+            self._frame_input = (-1, None)
         return self.controller.snapshot()
 
-    def _count_frame(self, packet: av.Packet) -> None:
+    def _count_frame(self, packet: av.Packet, handed_ms: float) -> None:
+        last = self.pipeline.last
+        seq, input_ms = self._frame_input
+        self.timing.handed(
+            FrameRecord(
+                pts=int(packet.pts or 0), seq=seq, input_ms=input_ms, start_ms=last.start_ms,
+                rendered_ms=last.rendered_ms, encoded_ms=last.encoded_ms, handed_ms=handed_ms,
+                bytes=packet.size, keyframe=last.keyframe,
+            )
+        )  # fmt: skip
+        stages = self.metrics.frame_stage_seconds
+        stages.labels("render").observe((last.rendered_ms - last.start_ms) / 1e3)
+        stages.labels("encode").observe((last.encoded_ms - last.rendered_ms) / 1e3)
+        stages.labels("handoff").observe((handed_ms - last.encoded_ms) / 1e3)
+        if input_ms is not None:
+            stages.labels("wait").observe((last.start_ms - input_ms) / 1e3)
         self.frames += 1
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
@@ -256,8 +292,9 @@ class StreamSession:
                 self.log.warning("audit.rate_limited", extra={"channel": "input"})
                 self._send_input_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
             return
+        arrived_ms = now_ms()
         try:
-            event = parse_input(message)
+            event, seq = parse_message(message)
         except CommandError as exc:
             self.metrics.input_rejected.labels(exc.code).inc()
             self._send(error_reply(exc, exc.id))
@@ -267,6 +304,9 @@ class StreamSession:
             self._send_input_error(exc.code, exc.message)
             return
         controller = self.role == "controller"
+        if isinstance(event, PingRequest):
+            self._send({"type": "pong", "id": event.id, "t": event.t, "w": round(arrived_ms, 3)})
+            return
         if isinstance(event, QualityRequest):
             self._set_quality(event)
         elif isinstance(event, KeyframeRequest):
@@ -283,6 +323,10 @@ class StreamSession:
             return
         else:
             self.controller.apply(event)
+            if seq is not None and seq > self._input_seq:
+                self._input_seq, self._input_ms = seq, arrived_ms
+            if self.track is not None:
+                self.track.poke()  # render now rather than at the next tick
         if controller:
             self._last_input = now
         self.metrics.input_events.labels(event_type(event)).inc()
@@ -345,6 +389,21 @@ class StreamSession:
         if self.pc is None or self.pc.connectionState != "connected":
             await self.close(reason)
         self._timeout_task = None
+
+    async def _send_timing(self) -> None:
+        """The frames' timing records, batched: one small message every TIMING_INTERVAL_S."""
+        while True:
+            await asyncio.sleep(TIMING_INTERVAL_S)
+            records = self.timing.drain()
+            if not records:
+                continue
+            send = self.metrics.frame_stage_seconds.labels("send")
+            for record in records:
+                assert record.sent_ms is not None
+                send.observe((record.sent_ms - record.handed_ms) / 1e3)
+            for start in range(0, len(records), TIMING_BATCH):
+                batch = records[start : start + TIMING_BATCH]
+                self._send({"type": "timing", "frames": [r.row() for r in batch]})
 
     async def _idle_watch(self) -> None:
         assert self.idle_timeout_s is not None
