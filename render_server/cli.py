@@ -32,6 +32,7 @@ Stream a rendered 3D scene to the browser over WebRTC.
   token      mint an access token (JWT) for a worker, controller or viewer
   doctor     what this machine offers (CUDA, NVENC, libx264) and what auto picks
   bench      per-frame cost of each renderer/encoder pair
+  latency    measure a running server's latency, stage by stage
 
 Every option can also be set with an environment variable RENDER_SERVER_<OPTION>
 (e.g. RENDER_SERVER_PORT=9000, RENDER_SERVER_SECRET=...); a flag wins over the environment."""
@@ -454,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_serve, _add_signaling, _add_worker, _add_token, _add_doctor, _add_bench):
         add(sub)
+    from .latency_cli import add_latency
+
+    add_latency(sub)
     return parser
 
 

@@ -1,0 +1,279 @@
+"""A measuring client: one session through the signaling API, driven and timed from Python.
+
+It opens a session the way `viewer.Viewer` does, observes the video on the RTP marker bit (no
+decoding in aiortc; keyframes or every frame decoded by a `FrameDecoder` of its own), keeps
+the clocks aligned with pings, drags the camera at a steady rate with numbered pointer moves, and
+matches the worker's `timing` records with what arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+
+from ..signaling.messages import PROTOCOL_VERSION
+from .frames import DecodeMode, FrameAssembler, FrameDecoder, ObservedFrame, observe_receiver
+from .latency import LatencyMatcher
+
+PING_BURST = 5  # pings at the start, PING_BURST_GAP apart, before the steady one per interval
+PING_BURST_GAP = 0.02
+
+
+class MeasureError(RuntimeError):
+    """The session could not be opened or gave nothing to measure."""
+
+
+def signaling_url(url: str) -> str:
+    """The browser WebSocket of a server: `http://host:port` → `ws://host:port/ws`; a ws:// or
+    wss:// URL is used as given."""
+    parts = urlsplit(url)
+    if parts.scheme in ("ws", "wss"):
+        return url
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"not an http(s) or ws(s) URL: {url!r}")
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    path = parts.path.rstrip("/") + "/ws"
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def now_ms() -> float:
+    """The client clock: `time.monotonic()` in milliseconds, as frames' arrival times are."""
+    return time.monotonic() * 1000.0
+
+
+class LatencyClient:
+    """Measures one session. `decode`: which frames a `FrameDecoder` decodes ("none",
+    "keyframes", "all"); aiortc's own decoder never runs. `input_rate`: numbered pointer moves
+    per second; the drag turns back every `swing` seconds so the camera keeps moving."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        decode: DecodeMode = "keyframes",
+        input_rate: float = 20.0,
+        ping_interval: float = 1.0,
+        swing: float = 1.0,
+    ) -> None:
+        self.url = signaling_url(url)
+        self.token = token
+        self.input_rate = input_rate
+        self.ping_interval = ping_interval
+        self.swing = swing
+        self.matcher = LatencyMatcher()
+        self.decoder = FrameDecoder(decode) if decode != "none" else None
+        self.assembler = FrameAssembler(self._on_frame, keep_payload=self.decoder is not None)
+        self.errors: list[dict[str, Any]] = []
+        self.session_info: dict[str, Any] = {}
+        self.pc: RTCPeerConnection | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._channel_open = asyncio.Event()
+        self._first_frame = asyncio.Event()
+        self._pings: dict[int, float] = {}
+        self._ping_id = 0
+        self._seq = 0
+
+    # -- the session -----------------------------------------------------------------------
+
+    async def start(self, timeout: float = 20.0) -> None:
+        """Open a session, negotiate, and wait for the channel and the first frame."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[dict[str, Any]] = loop.create_future()
+        answer: asyncio.Future[str] = loop.create_future()
+        self._http = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._ws = await self._http.ws_connect(self.url, headers=headers)
+        self._tasks.append(asyncio.create_task(self._read_signaling(started, answer)))
+        await self._signal({"type": "session.start"})
+        self.session_info = await asyncio.wait_for(started, timeout)
+
+        ice = [RTCIceServer(urls=s["urls"]) for s in self.session_info.get("iceServers", [])]
+        self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        transceiver = pc.addTransceiver("video", direction="recvonly")
+        observe_receiver(transceiver.receiver, self.assembler)
+        self.channel = pc.createDataChannel("input")
+        self.channel.on("open", self._channel_open.set)
+        self.channel.on("message", self._on_message)
+        await pc.setLocalDescription(await pc.createOffer())
+        await self._signal({"type": "offer", "sdp": pc.localDescription.sdp})
+        await pc.setRemoteDescription(
+            RTCSessionDescription(sdp=await asyncio.wait_for(answer, timeout), type="answer")
+        )
+        await asyncio.wait_for(self._channel_open.wait(), timeout)
+        await asyncio.wait_for(self._first_frame.wait(), timeout)
+
+    async def measure(self, seconds: float, settle: float = 0.5) -> dict[str, Any]:
+        """Ping and drag for `seconds`, then wait `settle` seconds for the last records."""
+        await self._ping_burst()
+        pinger = asyncio.create_task(self._ping_every(self.ping_interval))
+        try:
+            await self._drag(seconds)
+            await asyncio.sleep(settle)
+        finally:
+            pinger.cancel()
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        if not self.matcher.clock.samples:
+            raise MeasureError("the worker answered no ping: it does not speak the timing protocol")
+        if not self.matcher.records:
+            raise MeasureError("the worker sent no timing record")
+        report = self.matcher.report()
+        stats = self.assembler.stats
+        report["packets"] = {
+            "received": stats.packets,
+            "duplicates": stats.duplicates,
+            "late": stats.late,
+        }
+        if self.decoder is not None:
+            decoded = self.decoder.stats
+            report["decode"] = {
+                "mode": self.decoder.mode,
+                "offered": decoded.offered,
+                "decoded": decoded.decoded,
+                "errors": decoded.errors,
+                "skipped": decoded.skipped,
+                "sizes": {f"{w}x{h}": n for (w, h), n in sorted(decoded.sizes.items())},
+            }
+        report["worker_errors"] = self.errors
+        return report
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._signal({"type": "session.end"})
+        for task in self._tasks:
+            task.cancel()
+        if self.pc is not None:
+            await self.pc.close()
+        if self._ws is not None:
+            await self._ws.close()
+        if self._http is not None:
+            await self._http.close()
+        if self.decoder is not None:
+            await asyncio.to_thread(self.decoder.close)
+
+    async def __aenter__(self) -> LatencyClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- what it sends ---------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(message))
+
+    def ping(self) -> None:
+        self._ping_id += 1
+        sent = now_ms()
+        self._pings[self._ping_id] = sent
+        self.send({"type": "ping", "id": self._ping_id, "t": sent})
+
+    async def _ping_burst(self) -> None:
+        for _ in range(PING_BURST):
+            self.ping()
+            await asyncio.sleep(PING_BURST_GAP)
+
+    async def _ping_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.ping()
+
+    async def _drag(self, seconds: float) -> None:
+        """A left-button drag across the middle, numbered moves at `input_rate`, turning back
+        every `swing` seconds."""
+        self.send({"type": "pointer", "action": "down", "x": 0.5, "y": 0.5, "buttons": 1})
+        period = 1.0 / self.input_rate
+        start = time.monotonic()
+        tick = 0
+        try:
+            while (elapsed := time.monotonic() - start) < seconds:
+                direction = 1 if int(elapsed / self.swing) % 2 == 0 else -1
+                self._seq += 1
+                self.matcher.input_sent(self._seq, now_ms())
+                self.send(
+                    {
+                        "type": "pointer",
+                        "action": "move",
+                        "x": 0.5,
+                        "y": 0.5,
+                        "dx": 0.01 * direction,
+                        "dy": 0.0,
+                        "buttons": 1,
+                        "seq": self._seq,
+                    }
+                )
+                tick += 1
+                await asyncio.sleep(max(0.0, start + tick * period - time.monotonic()))
+        finally:
+            self.send({"type": "pointer", "action": "up", "x": 0.5, "y": 0.5, "buttons": 0})
+
+    # -- what it receives ------------------------------------------------------------------
+
+    def _on_frame(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        self.matcher.add_frame(frame)
+        if self.decoder is not None:
+            self.decoder.offer(frame, access_unit)
+        self._first_frame.set()
+
+    def _on_message(self, data: str | bytes) -> None:
+        received = now_ms()
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind == "timing":
+            self.matcher.add_timing(message)
+        elif kind == "pong":
+            ping_id, worker = message.get("id"), message.get("w")
+            sent = self._pings.pop(ping_id, None) if isinstance(ping_id, int) else None
+            if sent is not None and isinstance(worker, int | float):
+                self.matcher.clock.add(sent, float(worker), received)
+        elif kind == "error":
+            self.errors.append(message)
+
+    async def _signal(self, message: dict[str, Any]) -> None:
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
+
+    async def _read_signaling(
+        self, started: asyncio.Future[dict[str, Any]], answer: asyncio.Future[str]
+    ) -> None:
+        assert self._ws is not None
+        async for msg in self._ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            message = json.loads(msg.data)
+            kind = message.get("type")
+            if kind == "session.started" and not started.done():
+                started.set_result(message)
+            elif kind == "answer" and not answer.done():
+                answer.set_result(message["sdp"])
+            elif kind == "error":
+                self.errors.append(message)
+                error = MeasureError(f"{message.get('code')}: {message.get('message')}")
+                for waiter in (started, answer):
+                    if not waiter.done():
+                        waiter.set_exception(error)
+                        break
+
+
+async def measure_latency(
+    url: str, seconds: float = 10.0, token: str | None = None, decode: DecodeMode = "keyframes"
+) -> dict[str, Any]:
+    """Open a session on `url`, measure for `seconds`, close it; the report."""
+    async with LatencyClient(url, token, decode) as client:
+        return await client.measure(seconds)
