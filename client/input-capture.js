@@ -24,7 +24,10 @@ export class InputCapture {
       this._off.push(() => target.removeEventListener(type, fn, options));
     };
     on(surface, 'pointerdown', (e) => this._pointerDown(e));
-    on(surface, 'pointermove', (e) => { if (e.pointerType !== 'touch') this._pointer('move', e); });
+    // pointerrawupdate comes as the OS delivers motion; pointermove waits for the next
+    // animation frame (up to 16 ms more on a 60 Hz screen)
+    const moveEvent = 'onpointerrawupdate' in window ? 'pointerrawupdate' : 'pointermove';
+    on(surface, moveEvent, (e) => { if (e.pointerType !== 'touch') this._pointer('move', e); });
     on(surface, 'pointerup', (e) => { if (e.pointerType !== 'touch') this._pointer('up', e); });
     on(surface, 'contextmenu', (e) => e.preventDefault());
     on(surface, 'wheel', (e) => this._wheel(e), { passive: false });
