@@ -1,9 +1,11 @@
-"""The measurement parts on their own: frame assembly, decoding, clock alignment, breakdowns."""
+"""Measurement: frame assembly, decoding, clock alignment and breakdowns on their own, then the
+measuring client against a real server."""
 
 from __future__ import annotations
 
 import fractions
 import random
+from collections.abc import Iterator
 
 import av
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from aiortc.codecs.h264 import H264Encoder
 
 from render_server.encode.x264 import x264_options
+from render_server.measure.client import LatencyClient
 from render_server.measure.frames import (
     FrameAssembler,
     FrameDecoder,
@@ -28,6 +31,8 @@ from render_server.measure.latency import (
     parse_timing,
     percentiles,
 )
+
+from .browser import serve_process
 
 P_SLICE = bytes([0x41]) + b"p" * 40
 IDR_SLICE = bytes([0x65]) + b"i" * 40
@@ -336,3 +341,41 @@ def test_percentiles() -> None:
     summary = percentiles(float(v) for v in range(101))
     assert summary == {"p50": 50.0, "p95": 95.0, "p99": 99.0, "mean": 50.0, "count": 101}
     assert percentiles([3.0])["p99"] == 3.0  # type: ignore[index]
+
+
+# -- end to end, against a real `render-server serve` --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("measure") / "serve.log"
+    with serve_process("--resolution", "320x240", "--fps", "20", log_path=log) as url:
+        yield url
+
+
+async def test_every_record_meets_its_frame_and_the_stages_add_up(server: str) -> None:
+    async with LatencyClient(server, decode="all", input_rate=10.0) as client:
+        report = await client.measure(3.0)
+        frames = client.matcher.frame_breakdowns()
+        inputs = client.matcher.input_breakdowns()
+        observed = dict(client.matcher.frames)
+    assert report["worker_errors"] == []
+    assert report["records"] >= 20 and report["bad_records"] == 0
+    # loopback loses nothing: every frame with a record arrived, every frame got its record
+    assert report["unmatched_records"] == 0 and report["incomplete_frames"] == 0
+    assert report["unmatched_frames"] <= 3  # the last few, whose records were still on the way
+    assert report["frames"] == report["records"] and report["keyframes"] >= 1
+    assert report["inputs_answered"] >= report["inputs"] - 3
+    decode = report["decode"]
+    assert decode["errors"] == 0 and decode["sizes"] == {"320x240": decode["decoded"]}
+    assert decode["decoded"] >= report["frames"] - 3
+    for b in frames:
+        assert abs(sum(getattr(b, s) for s in FRAME_STAGES) - b.total) < 1.0, b
+        assert b.render >= 0 and b.encode >= 0 and b.send >= 0
+    for b in inputs:
+        assert abs(sum(getattr(b, s) for s in INPUT_STAGES) - b.total) < 1.0, b
+    assert all(f.complete and f.packets >= 1 for f in observed.values())
+    assert report["clock"]["samples"] >= 5
+    for name in ("glass_to_glass", "input_to_frame", *(f"stages.{s}" for s in INPUT_STAGES)):
+        summary = report["stages"][name[7:]] if name.startswith("stages.") else report[name]
+        assert summary["p50"] <= summary["p95"] <= summary["p99"], name
