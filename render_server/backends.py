@@ -16,7 +16,7 @@ from .gpu import CudaStatus, GpuDevice, NvencStatus, probe_cuda, probe_nvenc
 log = logging.getLogger(__name__)
 
 RendererRequest = Literal["auto", "cuda", "cpu"]
-EncoderRequest = Literal["auto", "nvenc", "x264"]
+EncoderRequest = Literal["auto", "nvenc", "x264", "replay"]
 
 
 class BackendUnavailable(ConfigError):
@@ -26,7 +26,7 @@ class BackendUnavailable(ConfigError):
 @dataclass(frozen=True)
 class Backends:
     renderer: Literal["cuda", "cpu"]
-    encoder: Literal["nvenc", "x264"]
+    encoder: Literal["nvenc", "x264", "replay"]
     renderer_reason: str
     encoder_reason: str
     encoder_requested: EncoderRequest = "auto"
@@ -45,6 +45,12 @@ def choose_backends(
     nvenc: NvencStatus | None = None,
 ) -> Backends:
     """Resolve the requests against what this machine offers (probing what is not given)."""
+    if encoder == "replay":
+        # load tests: a clip rendered once on the CPU and sent in a loop; no GPU involved
+        return Backends(
+            "cpu", "replay", "replay renders its clip once, on the CPU",
+            "a pre-encoded clip in a loop (--encoder replay, for load tests)", encoder,
+        )  # fmt: skip
     if renderer != "cpu" or encoder != "x264":
         cuda = cuda if cuda is not None else probe_cuda()
     gpu = cuda.devices[0] if cuda is not None and cuda.devices else None

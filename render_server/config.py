@@ -13,9 +13,9 @@ ENV_PREFIX = "RENDER_SERVER_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 RendererName = Literal["auto", "cuda", "cpu"]
-EncoderName = Literal["auto", "nvenc", "x264"]
+EncoderName = Literal["auto", "nvenc", "x264", "replay"]
 RENDERERS: tuple[RendererName, ...] = ("auto", "cuda", "cpu")
-ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264")
+ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264", "replay")
 NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
 
 # H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.

@@ -15,6 +15,7 @@ from ..backends import Backends
 from ..config import Resolution, StreamConfig
 from ..encode.nvenc import create_nvenc_encoder
 from ..encode.protocol import Encoder
+from ..encode.replay import ReplayEncoder, ReplayPictures, replay_clip
 from ..encode.x264 import create_x264_encoder
 from ..gpu import explain_nvenc_failure
 from ..metrics import Metrics
@@ -120,7 +121,8 @@ class LocalWorker:
             commands=SceneCommands(self.scene, controller, pipeline.request_scene),
             quality=limits.initial(self.stream),
             quality_limits=limits,
-            idle_fps=self.stream.idle_fps,
+            # a replayed clip moves on every frame: it never stands still
+            idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
         )
 
     def _pipeline(self) -> FramePipeline:
@@ -136,6 +138,9 @@ class LocalWorker:
     ) -> tuple[PictureSource, Encoder]:
         """A picture source and an encoder of one size, for a session's scene (None: the
         worker's)."""
+        if self.backends.encoder == "replay":
+            clip = replay_clip(self.scene, resolution, fps, self.stream.target_bitrate)
+            return ReplayPictures(), ReplayEncoder(clip)
         encoder = self._encoder(resolution, fps)
         try:
             return self._pictures(encoder.pix_fmt, resolution, scene), encoder
