@@ -80,7 +80,8 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--encoder", choices=ENCODERS, default=_env("encoder", "auto"),
-        help="auto: NVENC where the GPU has it, else libx264 (%(default)s)",
+        help="auto: NVENC where the GPU has it, else libx264; replay: a pre-encoded clip in a "
+        "loop, for load tests (%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--nvenc-preset", choices=NVENC_PRESETS, default=_env("nvenc_preset", "p1"),
