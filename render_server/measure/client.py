@@ -162,7 +162,11 @@ class LatencyClient:
             await asyncio.to_thread(self.decoder.close)
 
     async def __aenter__(self) -> LatencyClient:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
