@@ -63,5 +63,34 @@ class Metrics:
             registry=r,
         )  # fmt: skip
 
+        # per session (the label is the session id's first 12 hex digits; removed at its end)
+        self.session_cpu = Gauge(
+            "worker_session_cpu_seconds",
+            "CPU time of the session's frame thread (render, convert, encode)",
+            ["session"],
+            registry=r,
+        )
+        self.session_fps = Gauge(
+            "worker_session_fps", "Frame rate the session sends at now", ["session"], registry=r
+        )
+        self.session_send_ms = Gauge(
+            "worker_session_send_ms",
+            "Mean time from a frame's hand-off to aiortc to its last RTP packet on the wire, "
+            "over the last second: the send queue's delay",
+            ["session"],
+            registry=r,
+        )
+        self.session_dropped = Gauge(
+            "worker_session_dropped_ticks",
+            "Frame times the session skipped because a frame took too long",
+            ["session"],
+            registry=r,
+        )
+        self.overload_steps = Counter(
+            "worker_overload_steps",
+            "Times a session lowered its frame rate because the worker could not keep up",
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -67,6 +67,7 @@ class FramePipeline:
         self.last = FrameTiming()
         self.factory = factory
         self.format_errors = 0  # new formats that could not be built
+        self.cpu_s = 0.0  # CPU time of this thread spent producing frames
         self._picture: av.VideoFrame | None = None
         self._picture_state: tuple[object, ...] | None = None
         self._scene: Scene | None = None  # the session's own scene, once edited
@@ -114,6 +115,13 @@ class FramePipeline:
         )
 
     def produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
+        cpu0 = time.thread_time()
+        try:
+            return self._produce(camera, pts)
+        finally:
+            self.cpu_s += time.thread_time() - cpu0
+
+    def _produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
         timing = FrameTiming(start_ms=now_ms())
         with self._lock:
             wanted_scene, self._wanted_scene = self._wanted_scene, None

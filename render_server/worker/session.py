@@ -39,6 +39,7 @@ from ..render.camera import OrbitCamera
 from ..signaling.messages import IceCandidate, IceServer
 from ..signaling.workers import SessionEndCallback, SessionNegotiationError
 from .controls import CameraController
+from .governor import FrameRateGovernor, SecondOfFrames
 from .input_events import (
     CommandError,
     InputError,
@@ -131,6 +132,11 @@ class StreamSession:
         )
         self._idle_task = loop.create_task(self._idle_watch()) if idle_timeout_s else None
         self._timing_task = loop.create_task(self._send_timing())
+        self.governor = FrameRateGovernor(quality.fps)
+        self._label = session_id[:12]
+        self._busy_s = 0.0  # frame production time (start → hand-off), for the governor
+        self._send_ms: list[float] = []
+        self._govern_task = loop.create_task(self._govern())
 
     # -- negotiation -----------------------------------------------------------------------
 
@@ -195,7 +201,7 @@ class StreamSession:
         await asyncio.shield(self._close_task)
 
     async def _teardown(self, reason: str) -> None:
-        for task in (self._timeout_task, self._idle_task, self._timing_task):
+        for task in (self._timeout_task, self._idle_task, self._timing_task, self._govern_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         await self._drop_peer()
@@ -248,6 +254,7 @@ class StreamSession:
                 bytes=packet.size, keyframe=last.keyframe,
             )
         )  # fmt: skip
+        self._busy_s += (handed_ms - last.start_ms) / 1e3
         stages = self.metrics.frame_stage_seconds
         stages.labels("render").observe((last.rendered_ms - last.start_ms) / 1e3)
         stages.labels("encode").observe((last.encoded_ms - last.rendered_ms) / 1e3)
@@ -340,6 +347,7 @@ class StreamSession:
             self.pipeline.request_format(new.resolution, new.fps)
         if new.fps != old.fps:
             self.fps = new.fps
+            self.governor.want(new.fps)
             if self.track is not None:
                 self.track.set_fps(new.fps)
         if new.max_kbps != old.max_kbps:
@@ -401,9 +409,56 @@ class StreamSession:
             for record in records:
                 assert record.sent_ms is not None
                 send.observe((record.sent_ms - record.handed_ms) / 1e3)
+                self._send_ms.append(record.sent_ms - record.handed_ms)
             for start in range(0, len(records), TIMING_BATCH):
                 batch = records[start : start + TIMING_BATCH]
                 self._send({"type": "timing", "frames": [r.row() for r in batch]})
+
+    async def _govern(self) -> None:
+        """Once a second: per-session figures to /metrics, and fewer frames when overloaded."""
+        m, label = self.metrics, self._label
+        seen = (0, 0, 0.0, 0)  # ticks, dropped, busy, frames of the current track
+        track_seen: EncodedVideoTrack | None = None
+        try:
+            while True:
+                await asyncio.sleep(1.0)
+                track = self.track
+                m.session_cpu.labels(label).set(self.pipeline.cpu_s)
+                sends, self._send_ms = self._send_ms, []
+                m.session_send_ms.labels(label).set(sum(sends) / len(sends) if sends else 0.0)
+                if track is None:
+                    continue
+                if track is not track_seen:
+                    track_seen, seen = track, (0, 0, self._busy_s, self.frames)
+                now = (track.ticks, track.dropped_ticks, self._busy_s, self.frames)
+                second = SecondOfFrames(
+                    ticks=now[0] - seen[0] + now[1] - seen[1], dropped=now[1] - seen[1],
+                    busy_s=now[2] - seen[2], frames=now[3] - seen[3],
+                )  # fmt: skip
+                seen = now
+                m.session_dropped.labels(label).set(self.dropped_ticks + track.dropped_ticks)
+                fps = self.governor.observe(second)
+                if fps is not None:
+                    self._apply_governed_fps(fps)
+                m.session_fps.labels(label).set(self.governor.fps)
+        finally:
+            for gauge in (m.session_cpu, m.session_fps, m.session_send_ms, m.session_dropped):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(label)
+
+    def _apply_governed_fps(self, fps: float) -> None:
+        lowered = fps < self.fps
+        self.fps = fps
+        if self.track is not None:
+            self.track.set_fps(fps)
+        if lowered:
+            self.metrics.overload_steps.inc()
+        self.log.warning(
+            "session.overload" if lowered else "session.recovered",
+            extra={"fps": fps, "wanted_fps": self.governor.wanted_fps},
+        )
+        message = self.quality_limits.message(self.quality)
+        self._send({**message, "fps": fps, "overloaded": fps < self.governor.wanted_fps})
 
     async def _idle_watch(self) -> None:
         assert self.idle_timeout_s is not None

@@ -53,6 +53,7 @@ class EncodedVideoTrack(MediaStreamTrack):
         self._t0 = time.monotonic()
         self.dropped_ticks = 0  # frame times skipped because a frame took too long
         self.idle_ticks = 0  # ticks that repeated nothing because the picture stood still
+        self.ticks = 0  # frame times taken (sent or idle); dropped ones are counted above
 
     def set_fps(self, fps: float) -> None:
         """Pace frames at `fps` from the next tick on."""
@@ -96,6 +97,7 @@ class EncodedVideoTrack(MediaStreamTrack):
                 self._next_tick += missed * self._interval
             self._next_tick += self._interval
 
+            self.ticks += 1
             now = time.monotonic()
             dt = 0.0 if self._last_camera is None else now - self._last_camera
             self._last_camera = now
