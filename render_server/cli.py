@@ -117,6 +117,11 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
         "(default: half of --fps)",
     )  # fmt: skip
     g.add_argument(
+        "--zero-playout-delay", action="store_true", default=_flag("zero_playout_delay"),
+        help="ask browsers to show frames as soon as decoded (RTP playout-delay 0); "
+        "slower in headless Chromium, try it on real screens",
+    )  # fmt: skip
+    g.add_argument(
         "--connect-timeout", type=float, default=float(_env("connect_timeout", "20")),
         help="end a session whose browser has not connected its media in this long "
         "(at the start, or after its connection dropped) (%(default)s s)",
@@ -202,6 +207,7 @@ def _stream_config(args: argparse.Namespace) -> StreamConfig:
         connect_timeout_s=args.connect_timeout,
         idle_timeout_s=args.idle_timeout or None,
         idle_fps=args.idle_fps,
+        zero_playout_delay=args.zero_playout_delay,
         debug_delays_ms=parse_debug_delays(_env("debug_delay_ms", "")),
     )
 

@@ -98,6 +98,9 @@ class StreamConfig:
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
     idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
     idle_fps: float | None = None  # repeats of a still picture; None: half of `fps`
+    # ask the browser to render frames as soon as decoded (RTP playout-delay 0/0); measured
+    # slower in headless Chromium (frames wait for the compositor instead), so off by default
+    zero_playout_delay: bool = False
     # test-only: milliseconds added to a pipeline stage, to check that the latency figures
     # put them where they belong (RENDER_SERVER_DEBUG_DELAY_MS="render=40")
     debug_delays_ms: tuple[tuple[str, float], ...] = ()

@@ -51,11 +51,14 @@ from .input_events import (
     parse_message,
 )
 from .pipeline import FramePipeline
+from .playout_delay import register_playout_delay, request_zero_playout_delay
 from .quality import QualityLimits, StreamQuality
 from .rtcp_feedback import route_rtcp_feedback
 from .scene_commands import SceneCommands, error_reply
 from .timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
 from .track import EncodedVideoTrack
+
+register_playout_delay()  # negotiated on every peer connection; written where asked for
 
 INPUT_CHANNEL = "input"
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
@@ -88,6 +91,7 @@ class StreamSession:
         quality: StreamQuality,
         quality_limits: QualityLimits,
         idle_fps: float | None = None,
+        zero_playout_delay: bool = False,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -102,6 +106,7 @@ class StreamSession:
         self.quality = quality
         self.quality_limits = quality_limits
         self.idle_fps = idle_fps
+        self.zero_playout_delay = zero_playout_delay
         self.timing = FrameTimingLog()
         self._input_seq = -1  # the newest steering input applied, and when it arrived
         self._input_ms: float | None = None
@@ -164,6 +169,8 @@ class StreamSession:
         )
         timing = self.timing
         watch_sent_packets(transceiver.sender, timing.packet_sent)
+        if self.zero_playout_delay:
+            request_zero_playout_delay(transceiver.sender)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError/OperationError/others on bad SDP
