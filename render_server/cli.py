@@ -33,6 +33,7 @@ Stream a rendered 3D scene to the browser over WebRTC.
   doctor     what this machine offers (CUDA, NVENC, libx264) and what auto picks
   bench      per-frame cost of each renderer/encoder pair
   latency    measure a running server's latency, stage by stage
+  loadtest   many real WebRTC viewers against a server: what held, per stream
 
 Every option can also be set with an environment variable RENDER_SERVER_<OPTION>
 (e.g. RENDER_SERVER_PORT=9000, RENDER_SERVER_SECRET=...); a flag wins over the environment."""
@@ -465,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .latency_cli import add_latency
 
     add_latency(sub)
+    from .loadtest.cli import add_loadtest
+
+    add_loadtest(sub)
     return parser
 
 

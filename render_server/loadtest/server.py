@@ -1,0 +1,122 @@
+"""The server under test, over its REST API: which worker mode runs, what `/metrics` counted."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+WORKER_COUNTERS = {
+    "frames": "worker_frames_encoded_total",
+    "bytes": "worker_frame_bytes_total",
+    "keyframes": "worker_keyframes_total",
+    "sessions_started": "sessions_started_total",
+}
+
+
+class ServerUnreachable(ConnectionError):
+    """The server did not answer, or not as a render server does."""
+
+
+@dataclass(frozen=True)
+class ServerApi:
+    url: str  # http(s)://host:port
+    token: str | None = None
+    timeout_s: float = 5.0
+
+    def _get(self, path: str) -> bytes:
+        request = urllib.request.Request(self.url.rstrip("/") + path)
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                data: bytes = response.read()
+                return data
+        except urllib.error.HTTPError as exc:
+            raise ServerUnreachable(f"{self.url}{path} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServerUnreachable(f"cannot reach {self.url}: {reason}") from None
+
+    def workers(self) -> list[dict[str, Any]]:
+        """`GET /api/workers`: the registered workers with their capabilities."""
+        try:
+            doc = json.loads(self._get("/api/workers"))
+        except ValueError:
+            raise ServerUnreachable(f"{self.url}/api/workers is not a render server's") from None
+        workers = doc.get("workers") if isinstance(doc, dict) else None
+        if not isinstance(workers, list):
+            raise ServerUnreachable(f"{self.url}/api/workers is not a render server's")
+        return workers
+
+    def metrics(self) -> dict[str, float]:
+        """`GET /metrics`, the worker counters summed over their labels."""
+        return worker_counters(self._get("/metrics").decode())
+
+    def end_session(self, session_id: str) -> int:
+        """`DELETE /api/sessions/{id}`; the HTTP status."""
+        request = urllib.request.Request(
+            f"{self.url.rstrip('/')}/api/sessions/{session_id}", method="DELETE"
+        )
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text exposition → {"name{labels}": value} (comments and NaN skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.rpartition(" ")
+        if not name:
+            continue
+        try:
+            value = float(rest)
+        except ValueError:
+            continue
+        if not math.isnan(value):
+            out[name.strip()] = value
+    return out
+
+
+def worker_counters(text: str) -> dict[str, float]:
+    """The counters the report sets beside its own totals, each summed over its labels."""
+    samples = parse_prometheus(text)
+    out = {}
+    for key, metric in WORKER_COUNTERS.items():
+        out[key] = sum(
+            value
+            for name, value in samples.items()
+            if name == metric or name.startswith(metric + "{")
+        )
+    return out
+
+
+def worker_mode(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the workers stream with: `replay` (the packet path alone) or a real encoder."""
+    encoders = sorted({str(w.get("capabilities", {}).get("encoder")) for w in workers})
+    renderers = sorted({str(w.get("capabilities", {}).get("renderer")) for w in workers})
+    return {
+        "workers": len(workers),
+        "slots": sum(int(w.get("slots") or 0) for w in workers),
+        "free_slots": sum(int(w.get("free") or 0) for w in workers),
+        "encoders": encoders,
+        "renderers": renderers,
+        "replay": encoders == ["replay"],
+        "description": (
+            "replay: a pre-encoded clip in a loop, so this run measured the packet path "
+            "(signaling, WebRTC transport, this harness), not rendering or encoding"
+            if encoders == ["replay"]
+            else f"real frames: renderer {'/'.join(renderers)}, encoder {'/'.join(encoders)}"
+        ),
+        "capabilities": [w.get("capabilities", {}) for w in workers],
+    }
