@@ -118,9 +118,9 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
         "(default: half of --fps)",
     )  # fmt: skip
     g.add_argument(
-        "--zero-playout-delay", action="store_true", default=_flag("zero_playout_delay"),
-        help="ask browsers to show frames as soon as decoded (RTP playout-delay 0); "
-        "slower in headless Chromium, try it on real screens",
+        "--playout-delay", choices=("low", "zero", "off"), default=_env("playout_delay", "low"),
+        help="what browsers are asked to do with frames (RTP playout-delay): low = their "
+        "low-latency renderer, zero = show at once, off = their own smoothing (%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--connect-timeout", type=float, default=float(_env("connect_timeout", "20")),
@@ -208,7 +208,7 @@ def _stream_config(args: argparse.Namespace) -> StreamConfig:
         connect_timeout_s=args.connect_timeout,
         idle_timeout_s=args.idle_timeout or None,
         idle_fps=args.idle_fps,
-        zero_playout_delay=args.zero_playout_delay,
+        playout_delay=args.playout_delay,
         debug_delays_ms=parse_debug_delays(_env("debug_delay_ms", "")),
     )
 

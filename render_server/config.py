@@ -98,14 +98,16 @@ class StreamConfig:
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
     idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
     idle_fps: float | None = None  # repeats of a still picture; None: half of `fps`
-    # ask the browser to render frames as soon as decoded (RTP playout-delay 0/0); measured
-    # slower in headless Chromium (frames wait for the compositor instead), so off by default
-    zero_playout_delay: bool = False
+    # the RTP playout-delay the browser is asked for: low (its low-latency renderer), zero
+    # (show at once), off (its own smoothing); see worker/playout_delay.py
+    playout_delay: Literal["low", "zero", "off"] = "low"
     # test-only: milliseconds added to a pipeline stage, to check that the latency figures
     # put them where they belong (RENDER_SERVER_DEBUG_DELAY_MS="render=40")
     debug_delays_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.playout_delay not in ("low", "zero", "off"):
+            raise ConfigError(f"playout delay {self.playout_delay!r} is not low, zero or off")
         if self.idle_fps is not None and not (0.5 <= self.idle_fps <= MAX_FPS):
             raise ConfigError(f"idle fps {self.idle_fps} is outside 0.5..{MAX_FPS}")
         for stage, ms in self.debug_delays_ms:

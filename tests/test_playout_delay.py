@@ -24,15 +24,19 @@ def test_the_map_writes_zero_delay_beside_aiortcs_own_extensions() -> None:
     )
     profile, data = extensions.set(HeaderExtensions(mid="0"))
     assert dict(unpack_header_extensions(profile, data)) == {4: b"0", 9: b"\x00\x00\x00"}
+    low = PlayoutDelayExtensionsMap(0, 50)  # 0 .. 500 ms: 12 bits each
+    low.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=3, uri=PLAYOUT_DELAY_URI)]))  # fmt: skip
+    assert dict(unpack_header_extensions(*low.set(HeaderExtensions()))) == {3: b"\x00\x00\x32"}
     unnegotiated = PlayoutDelayExtensionsMap()
     unnegotiated.configure(RTCRtpParameters())
     assert unnegotiated.set(HeaderExtensions()) == (0, b"")
 
 
-async def test_a_worker_asked_to_answers_with_the_extension_and_streams(
+async def test_the_worker_answers_with_the_extension_and_streams(
     start_server: ServerFactory,
 ) -> None:
-    stream = StreamConfig(resolution=Resolution(160, 120), zero_playout_delay=True)
+    stream = StreamConfig(resolution=Resolution(160, 120))  # playout delay "low" by default
     server = await start_server(stream=stream)
     async with Viewer(ws_url(server)) as viewer:
         frame = await viewer.next_frame(timeout=20)

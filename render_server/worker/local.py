@@ -123,7 +123,7 @@ class LocalWorker:
             quality_limits=limits,
             # a replayed clip moves on every frame: it never stands still
             idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
-            zero_playout_delay=self.stream.zero_playout_delay,
+            playout_delay=self.stream.playout_delay,
         )
 
     def _pipeline(self) -> FramePipeline:

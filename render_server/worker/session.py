@@ -51,7 +51,7 @@ from .input_events import (
     parse_message,
 )
 from .pipeline import FramePipeline
-from .playout_delay import register_playout_delay, request_zero_playout_delay
+from .playout_delay import register_playout_delay, request_playout_delay
 from .quality import QualityLimits, StreamQuality
 from .rtcp_feedback import route_rtcp_feedback
 from .scene_commands import SceneCommands, error_reply
@@ -91,7 +91,7 @@ class StreamSession:
         quality: StreamQuality,
         quality_limits: QualityLimits,
         idle_fps: float | None = None,
-        zero_playout_delay: bool = False,
+        playout_delay: str = "low",
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -106,7 +106,7 @@ class StreamSession:
         self.quality = quality
         self.quality_limits = quality_limits
         self.idle_fps = idle_fps
-        self.zero_playout_delay = zero_playout_delay
+        self.playout_delay = playout_delay
         self.timing = FrameTimingLog()
         self._input_seq = -1  # the newest steering input applied, and when it arrived
         self._input_ms: float | None = None
@@ -169,8 +169,7 @@ class StreamSession:
         )
         timing = self.timing
         watch_sent_packets(transceiver.sender, timing.packet_sent)
-        if self.zero_playout_delay:
-            request_zero_playout_delay(transceiver.sender)
+        request_playout_delay(transceiver.sender, self.playout_delay)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError/OperationError/others on bad SDP
