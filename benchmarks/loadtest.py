@@ -109,7 +109,7 @@ def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any],
 def held(report: dict[str, Any], min_fps: float) -> bool:
     streams = report["streams"]
     return all(
-        s["state"] == "closed" and not s["freezes"] and (s["fps_hold"] or 0) >= min_fps
+        s["state"] == "closed" and not s["freezes_hold"] and (s["fps_hold"] or 0) >= min_fps
         for s in streams
     )
 
@@ -120,7 +120,8 @@ def describe(report: dict[str, Any], server_cpu: float) -> str:
     wall = report["wall_s"]
     return (
         f"fps min {a['fps_hold_min']:.1f} median {a['fps_hold_median']}, {a['failed']} failed, "
-        f"{a['frozen']} froze, {a['mbps_total']:.0f} Mbps, latency p50/p95 "
+        f"{a['frozen']} froze in the hold ({a['frozen_in_ramp']} in the ramp), "
+        f"{a['mbps_total']:.0f} Mbps, latency p50/p95 "
         f"{lat.get('p50', float('nan')):.1f}/{lat.get('p95', float('nan')):.1f} ms, CPU "
         f"server {server_cpu / wall:.2f} + harness {report['harness']['cpu_s'] / wall:.2f} cores"
     )

@@ -14,6 +14,27 @@ SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
+EPILOG = """\
+examples:
+  # the packet path alone, no GPU: a pre-encoded clip replayed by every session
+  render-server serve --encoder replay --resolution 1280x720 --fps 30 --bitrate 4000000 \\
+      --slots 20 --port 8080 &
+  render-server loadtest --server http://127.0.0.1:8080 --streams 20 --resolution 1280x720 \\
+      --fps 30 --duration 30 --ramp 5 --processes 2 --min-fps 29 --report out/
+
+  # the 20 × 4K acceptance run on a GPU worker with NVENC (rendered and encoded for real)
+  render-server serve --host 0.0.0.0 --renderer cuda --encoder nvenc --resolution 3840x2160 \\
+      --fps 60 --bitrate 25000000 --slots 20 --animate --secret $SECRET &
+  render-server loadtest --server http://GPU-HOST:8080 --token "$(render-server token \\
+      --role viewer --secret $SECRET)" --streams 20 --resolution 3840x2160 --fps 60 \\
+      --duration 60 --ramp 10 --processes 8 --min-fps 58 --max-p95-ms 50 --report out/
+
+With a real encoder, start the worker with --animate: the harness sends no input, and a
+still picture is repeated at half the frame rate. Receiving is CPU work too: run the harness
+on other cores or another machine, with enough --processes (report.json gives each one's CPU
+time). report.json says which worker mode ran (replay, x264, nvenc) and sets the worker's
+/metrics counters beside the harness's totals."""
+
 
 def _seconds(text: str) -> float:
     """`10`, `10s` or `1.5s` → seconds."""
@@ -34,6 +55,8 @@ def add_loadtest(sub: SubParsers) -> None:
         "worker's timing records. Writes DIR/report.json and DIR/report.html and prints a "
         "summary ending in PASS or FAIL. Exit status: 0 pass, 1 fail, 2 usage or connection "
         "error. Start the server with --slots at least --streams.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--server", required=True, metavar="URL", help="http(s)://host:port")
     p.add_argument("--streams", type=int, default=20, help="concurrent sessions (%(default)s)")

@@ -83,10 +83,10 @@ def render_html(report: dict[str, Any], summary: str, images: dict[str, str]) ->
     rows = []
     for s in report["streams"]:
         lat = s["latency_ms"] or {}
-        css = ' class="bad"' if s["state"] == "failed" or s["freezes"] else ""
+        css = ' class="bad"' if s["state"] == "failed" or s["freezes_hold"] else ""
         cells = [
             s["index"], s["state"], s["fps_hold"], s["fps_hold_min_1s"], s["mbps"],
-            lat.get("p50"), lat.get("p95"), lat.get("p99"), s["freezes"], s["freeze_ms"],
+            lat.get("p50"), lat.get("p95"), lat.get("p99"), s["freezes_hold"], s["freezes"],
             s["lost_packets"], s["nacks_sent"], s["plis_sent"], s["setup_ms"], s["streamed_s"],
             "ok" if s["decode_ok"] else "-" if s["decode_ok"] is None else "FAILED",
             s["reason"] or "",
@@ -95,8 +95,9 @@ def render_html(report: dict[str, Any], summary: str, images: dict[str, str]) ->
             f"<tr{css}>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + "</tr>"
         )
     heads = (
-        "#", "state", "fps (hold)", "min fps/1s", "Mbps", "p50 ms", "p95 ms", "p99 ms", "freezes",
-        "freeze ms", "lost pkts", "NACKs", "PLIs", "setup ms", "streamed s", "decode", "reason",
+        "#", "state", "fps (hold)", "min fps/1s", "Mbps", "p50 ms", "p95 ms", "p99 ms",
+        "freezes (hold)", "freezes (all)", "lost pkts", "NACKs", "PLIs", "setup ms", "streamed s",
+        "decode", "reason",
     )  # fmt: skip
     images_html = "".join(
         f'<h2>{title}</h2><img alt="{title}" src="data:image/png;base64,{images[key]}">'

@@ -53,6 +53,8 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         count = bisect.bisect_right(times, window[1]) - bisect.bisect_left(times, window[0])
         hold_fps = count / (window[1] - window[0])
     per_second = _hold_seconds(result.frames_per_s, window)
+    # a freeze belongs to the hold when it ended after the ramp (and the stream's first frame)
+    hold_freezes = [ms for at, ms in result.freeze_events if window is not None and at > window[0]]
     streamed_s = None
     if result.first_frame_s is not None and result.ended_s is not None:
         streamed_s = max(0.0, result.ended_s - result.first_frame_s)
@@ -102,6 +104,9 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "plis_sent": result.plis_sent,
         "freezes": result.freezes,
         "freeze_ms": result.freeze_ms,
+        "freezes_hold": len(hold_freezes),
+        "freeze_ms_hold": round(sum(hold_freezes), 1),
+        "freeze_events": [list(e) for e in result.freeze_events],
         "longest_gap_ms": result.longest_gap_ms,
         "latency_ms": percentiles(result.latency_ms),
         "timing_records": result.timing_records,
@@ -141,7 +146,8 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "streams": len(streams),
         "up_to_the_end": sum(1 for s in streams if s["state"] == "closed"),
         "failed": sum(1 for s in streams if s["state"] == "failed"),
-        "frozen": sum(1 for s in streams if s["freezes"]),
+        "frozen": sum(1 for s in streams if s["freezes_hold"]),
+        "frozen_in_ramp": sum(1 for s in streams if s["freezes"] > s["freezes_hold"]),
         "fps_target": config.fps,
         "fps_hold_min": min(fps_values) if len(fps_values) == len(streams) else 0.0,
         "fps_hold_median": _median(fps_values),
@@ -156,6 +162,8 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "plis_sent": sum(r.plis_sent for r in run.streams),
         "freezes": sum(r.freezes for r in run.streams),
         "freeze_ms": round(sum(r.freeze_ms for r in run.streams), 1),
+        "freezes_hold": sum(s["freezes_hold"] for s in streams),
+        "freeze_ms_hold": round(sum(s["freeze_ms_hold"] for s in streams), 1),
         "latency_ms": percentiles(all_latency),
         "setup_ms": percentiles(setups),
         "setup_max_ms": max(setups) if setups else None,
@@ -206,9 +214,9 @@ def judge(
     failed = [s for s in streams if s["state"] == "failed"]
     if failed:
         reasons.append(f"{len(failed)} stream(s) failed ({_names(failed)})")
-    frozen = [s for s in streams if s["freezes"]]
+    frozen = [s for s in streams if s["freezes_hold"]]
     if frozen:
-        reasons.append(f"{len(frozen)} stream(s) froze ({_names(frozen)})")
+        reasons.append(f"{len(frozen)} stream(s) froze in the hold ({_names(frozen)})")
     bad_video = [s for s in streams if s["decode_ok"] is False]
     if bad_video:
         reasons.append(f"{len(bad_video)} stream(s) failed the decode check ({_names(bad_video)})")
@@ -257,7 +265,9 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"process(es), against {c['server']}",
         f"worker mode: {m['description']}",
         f"streams: {a['up_to_the_end']} up to the end, {a['failed']} failed, {a['frozen']} froze"
-        f" ({a['freezes']} freezes, {a['freeze_ms'] / 1000:.1f} s)",
+        f" in the hold ({a['freezes_hold']} freezes, {a['freeze_ms_hold'] / 1000:.1f} s); "
+        f"{a['frozen_in_ramp']} froze during the ramp ({a['freezes'] - a['freezes_hold']} "
+        "freezes: a gap > 3 frame intervals while sessions were starting)",
         f"fps over the hold: min {_fmt(a['fps_hold_min'])}, median {_fmt(a['fps_hold_median'])} "
         f"(target {c['fps']:g}); {a['mbps_total']:.1f} Mbps in all",
         f"frame latency (worker frame start → last packet in): p50 {_fmt(lat.get('p50'))} "
@@ -280,11 +290,11 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         )
     lines.append(
         f"{'#':>4} {'state':<7} {'fps':>6} {'min1s':>5} {'Mbps':>7} {'p50':>6} {'p95':>6} "
-        f"{'p99':>6} {'frz':>4} {'lost':>5} {'setup':>6}  reason"
+        f"{'p99':>6} {'frz':>5} {'lost':>5} {'setup':>6}  reason"
     )
     worst = sorted(
         report["streams"],
-        key=lambda s: (s["state"] != "failed", -s["freezes"], s["fps_hold"] or 0.0),
+        key=lambda s: (s["state"] != "failed", -s["freezes_hold"], s["fps_hold"] or 0.0),
     )
     for s in worst[:rows]:
         sl = s["latency_ms"] or {}
@@ -292,7 +302,7 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
             f"{s['index']:>4} {s['state']:<7} {_fmt(s['fps_hold']):>6} "
             f"{_fmt(s['fps_hold_min_1s'], 'd'):>5} {_fmt(s['mbps'], '.2f'):>7} "
             f"{_fmt(sl.get('p50')):>6} {_fmt(sl.get('p95')):>6} {_fmt(sl.get('p99')):>6} "
-            f"{s['freezes']:>4} {s['lost_packets']:>5} {_fmt(s['setup_ms'], '.0f'):>6}  "
+            f"{s['freezes_hold']:>5} {s['lost_packets']:>5} {_fmt(s['setup_ms'], '.0f'):>6}  "
             f"{s['reason'] or ''}"
         )
     if len(worst) > rows:

@@ -41,7 +41,8 @@ PING_BURST_GAP_S = 0.02
 PING_INTERVAL_S = 1.0
 END_WAIT_S = 5.0  # after session.end, how long the worker has to answer session.ended
 MAX_WAITING = 512
-PEER_CLOSED_GRACE_S = 1.0  # records or frames waiting for their other half
+PEER_CLOSED_GRACE_S = 1.0
+MAX_FREEZE_EVENTS = 100  # records or frames waiting for their other half
 
 
 def now_ms() -> float:
@@ -97,6 +98,7 @@ class StreamResult:
     plis_sent: int = 0
     freezes: int = 0
     freeze_ms: float = 0.0
+    freeze_events: list[tuple[float, float]] = field(default_factory=list)  # (ended at s, ms)
     longest_gap_ms: float = 0.0
     frames_per_s: list[int] = field(default_factory=list)
     bytes_per_s: list[int] = field(default_factory=list)
@@ -252,7 +254,7 @@ class StreamProbe:
             result.state = "closed"
             # a stream still connected whose frames stopped: its silent tail is a freeze
             if self._last_frame_ms is not None:
-                self._gap(end - self._last_frame_ms, tail=True)
+                self._gap(end - self._last_frame_ms, end, tail=True)
         if self._reader is not None:
             self._reader.cancel()
         with contextlib.suppress(Exception):
@@ -346,7 +348,7 @@ class StreamProbe:
         r.frames_per_s[second] += 1
         r.bytes_per_s[second] += frame.size
         if self._last_frame_ms is not None:
-            self._gap(arrived - self._last_frame_ms)
+            self._gap(arrived - self._last_frame_ms, arrived)
         self._last_frame_ms = (
             arrived if self._last_frame_ms is None else max(arrived, self._last_frame_ms)
         )
@@ -365,13 +367,15 @@ class StreamProbe:
                 assembler.since_sample = 0
                 self.decoder.offer(frame, access_unit)
 
-    def _gap(self, gap_ms: float, tail: bool = False) -> None:
+    def _gap(self, gap_ms: float, ended_ms: float, tail: bool = False) -> None:
         r = self.result
         if not tail:
             r.longest_gap_ms = max(r.longest_gap_ms, round(gap_ms, 1))
         if gap_ms > FREEZE_INTERVALS * self.interval_ms:
             r.freezes += 1
             r.freeze_ms = round(r.freeze_ms + gap_ms, 1)
+            if len(r.freeze_events) < MAX_FREEZE_EVENTS:
+                r.freeze_events.append((self._rel_s(ended_ms), round(gap_ms, 1)))
 
     def _pair(self, r0: float, arrived_ms: float) -> None:
         self._pairs.append((r0, arrived_ms))
