@@ -377,3 +377,10 @@ def test_state_and_copy() -> None:
     assert twin.state() == cam.state() and hash(twin.state()) == hash(cam.state())
     twin.orbit(0.1, 0.0)
     assert twin.state() != cam.state()
+
+
+@pytest.mark.parametrize("bands", [2, 3, 7])
+def test_shading_in_bands_of_rows_gives_the_same_pixels(scene: Scene, bands: int) -> None:
+    camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
+    one = CpuRenderer(scene, 256, 150, bands=1).render(camera).copy()
+    assert np.array_equal(CpuRenderer(scene, 256, 150, bands=bands).render(camera), one)

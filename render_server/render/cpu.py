@@ -17,8 +17,10 @@ keep to 32-bit lanes (64-bit lanes need 512-bit registers, which run far slower 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +54,23 @@ FLOOR = FLOOR_MATERIAL  # the endless floor below the horizon
 # diffuse, sun × F0, the hemisphere ambient a + b·up (a, b), the environment's Fresnel
 # F0 + g·(1 − n·v)⁵ (F0, g), GGX alpha², roughness, and how sharp the reflected horizon is.
 _MATERIAL_WIDTH = 21
+# Bands of rows shaded at once, one per core (up to 4): a frame's latency, not its CPU cost,
+# is what a designer feels; RENDER_SERVER_RENDER_BANDS=1 shades on the calling thread alone
+DEFAULT_BANDS = int(os.environ.get("RENDER_SERVER_RENDER_BANDS", "0")) or min(
+    4, os.cpu_count() or 1
+)
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _band_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max(1, DEFAULT_BANDS), thread_name_prefix="render-band")
+        return _pool
+
+
 # Per-triangle row: corner normals, then corner shadow-map coordinates (u, v, depth)
 _TRIANGLE_WIDTH = 18
 
@@ -65,9 +84,12 @@ class CpuRenderer:
     To show an edited scene, build a new `Scene` and hand it to `set_scene`.
     """
 
-    def __init__(self, scene: Scene, width: int, height: int) -> None:
+    def __init__(self, scene: Scene, width: int, height: int, bands: int | None = None) -> None:
         if not (1 <= width <= 8192 and 1 <= height <= 8192):
             raise ValueError(f"frame size {width}x{height} is outside 1..8192")
+        count = max(1, min(bands or DEFAULT_BANDS, height))
+        edges = [round(height * i / count) for i in range(count + 1)]
+        self._bands = [(edges[i], edges[i + 1]) for i in range(count)]
         self.width = width
         self.height = height
         self.set_scene(scene)
@@ -91,11 +113,21 @@ class CpuRenderer:
             p.positions, p.cull_back, camera.view_projection(self.width / self.height),
             self._depth, self._ids, self._planes, self._row_lo, self._row_hi,
         )  # fmt: skip
-        _shade(
-            self._ids, self._planes, p.triangles, p.material_ids, p.materials,
-            _view(camera, self.width, self.height, p.floor), p.light, p.shadow_matrix,
-            p.shadow_tiles, p.shadow_coarse, p.lut, self._row_lo, self._row_hi, self._frame,
-        )  # fmt: skip
+        view = _view(camera, self.width, self.height, p.floor)
+
+        def shade(rows: tuple[int, int]) -> None:
+            _shade(
+                self._ids, self._planes, p.triangles, p.material_ids, p.materials, view,
+                p.light, p.shadow_matrix, p.shadow_tiles, p.shadow_coarse, p.lut, self._row_lo,
+                self._row_hi, self._frame, rows[0], rows[1],
+            )  # fmt: skip
+
+        # the shading pass (three quarters of a frame) in bands of rows on the shared pool,
+        # the first on this thread: the kernels release the GIL
+        others = [_band_pool().submit(shade, band) for band in self._bands[1:]]
+        shade(self._bands[0])
+        for future in others:
+            future.result()
         return self._frame
 
 
@@ -583,7 +615,7 @@ def _span(f, a, i0, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def _shade(ids, planes, triangles, material_ids, materials, view, light, shadow_matrix, shadow_tiles, shadow_coarse, lut, row_lo, row_hi, out):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+def _shade(ids, planes, triangles, material_ids, materials, view, light, shadow_matrix, shadow_tiles, shadow_coarse, lut, row_lo, row_hi, out, row_start, row_stop):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
     """Shading pass: light every pixel once from its triangle; floor or sky where there is none.
 
     A row is cut into runs of one triangle (or of floor). Along a run every interpolated
@@ -616,7 +648,7 @@ def _shade(ids, planes, triangles, material_ids, materials, view, light, shadow_
     eye_x, eye_y, eye_z = view[9], view[10], view[11]
     floor_y, floor_offset = view[12], view[13]
     floor_m = materials.shape[0] - 1
-    for jj in range(height):
+    for jj in range(row_start, row_stop):
         j = np.uint64(jj)
         # the camera never rolls, so a ray's height depends on its row alone
         ray_x = view[0] + jj * view[6] + 0.5 * width * view[3]
