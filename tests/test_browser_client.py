@@ -182,6 +182,14 @@ def test_match_my_window_follows_resize(designer: Any, output_dir: Path) -> None
         "() => document.getElementById('stat-resolution').textContent === '640×400'", timeout=5_000
     )
     designer.screenshot(path=str(output_dir / "designer-resized.png"))
+    # the window moves to a denser screen: same CSS size, 1.5 device pixels per CSS pixel
+    cdp = designer.context.new_cdp_session(designer)
+    cdp.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 640, "height": 400, "deviceScaleFactor": 1.5, "mobile": False},
+    )
+    wait_until(lambda: decoded_size(designer) == (960, 600), 15, "960×600 at 1.5 dppx")
+    cdp.send("Emulation.clearDeviceMetricsOverride")
     designer.select_option("#quality", "1280x720")
     wait_until(lambda: decoded_size(designer) == (1280, 720), 15, "a fixed 1280×720")
     designer.select_option("#bitrate", "1000")

@@ -117,3 +117,23 @@ def test_a_delay_injected_into_rendering_shows_in_render_and_nowhere_else(
     for stage in ("encode", "send", "network", "jitterBuffer", "decode", "display", "input"):
         assert abs(change[stage]) < 6, (stage, change)
     assert abs(change["wait"]) < 15, change  # input waits up to a frame interval (50 ms)
+
+
+def test_the_latency_command_measures_in_chromium(plain_server: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "render_server", "latency", "--url", plain_server,
+         "--client", "chromium", "--seconds", "2", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["unmatched"] == 0 and summary["matched"] >= 20
+    assert summary["glassToGlass"]["p50"] > 0 and summary["inputToPhoton"]["count"] > 0
+    assert set(summary["stages"]) == {
+        "input", "wait", "render", "encode", "send", "network", "jitterBuffer", "decode",
+        "display",
+    }  # fmt: skip
