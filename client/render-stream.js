@@ -467,12 +467,17 @@ export class RenderStream extends EventTarget {
       this._resizeObserver = new ResizeObserver(changed);
       this._resizeObserver.observe(this.container);
     }
-    // a window dragged to a screen of another pixel density changes devicePixelRatio only
+    // a window dragged to a screen of another pixel density changes devicePixelRatio only;
+    // the media query tells at once where the browser fires it, a slow poll catches the rest
     const watchDpr = () => {
       const query = matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`);
       query.addEventListener('change', () => { changed(); watchDpr(); }, { once: true });
     };
     watchDpr();
+    let dpr = window.devicePixelRatio;
+    this._dprTimer = setInterval(() => {
+      if (window.devicePixelRatio !== dpr) { dpr = window.devicePixelRatio; changed(); }
+    }, 1000);
   }
 
   // -- the frozen frame -------------------------------------------------------------------
@@ -594,6 +599,7 @@ export class RenderStream extends EventTarget {
     clearTimeout(this._retryTimer);
     this._statsTimer = null;
     this._resizeObserver?.disconnect();
+    clearInterval(this._dprTimer);
     for (const { reject, timer } of this._pending.values()) {
       clearTimeout(timer);
       reject(new RenderStreamError('closed', 'the stream closed'));
