@@ -66,7 +66,8 @@ class Metrics:
         # per session (the label is the session id's first 12 hex digits; removed at its end)
         self.session_cpu = Gauge(
             "worker_session_cpu_seconds",
-            "CPU time of the session's frame thread (render, convert, encode)",
+            "CPU time of the session's frame thread (render, convert, encode); a replayed clip "
+            "is sent from the event loop and has none",
             ["session"],
             registry=r,
         )

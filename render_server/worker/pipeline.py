@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from .pictures import PictureSource
 from .timing import now_ms
 
 log = logging.getLogger(__name__)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # (size, frame rate, the session's scene or None for the worker's) → a picture source and an
 # encoder of that size
@@ -67,7 +69,9 @@ class FramePipeline:
         self.last = FrameTiming()
         self.factory = factory
         self.format_errors = 0  # new formats that could not be built
-        self.cpu_s = 0.0  # CPU time of this thread spent producing frames
+        # the session thread that produces frames (its CPU time is read from /proc once a
+        # second: a per-frame clock read costs ~35 µs in a VM)
+        self.thread_id: int | None = None
         self._picture: av.VideoFrame | None = None
         self._picture_state: tuple[object, ...] | None = None
         self._scene: Scene | None = None  # the session's own scene, once edited
@@ -103,6 +107,15 @@ class FramePipeline:
         with self._lock:
             self._wanted_format = (resolution, fps)
 
+    @property
+    def cheap(self) -> bool:
+        """Frames cost next to nothing (a replayed clip, no debug delay): the event loop may
+        produce them itself instead of handing them to the session's thread."""
+        with self._lock:
+            reformat = self._wanted_format is not None  # a new clip takes seconds to build
+        replay = getattr(self.encoder, "codec_name", "") == "replay"
+        return replay and not reformat and not self.debug_delays
+
     def is_still(self, camera: OrbitCamera) -> bool:
         """True when the next frame would repeat the last picture with nothing else to do."""
         with self._lock:
@@ -115,13 +128,8 @@ class FramePipeline:
         )
 
     def produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
-        cpu0 = time.thread_time()
-        try:
-            return self._produce(camera, pts)
-        finally:
-            self.cpu_s += time.thread_time() - cpu0
-
-    def _produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
+        if self.thread_id is None and not self.cheap:
+            self.thread_id = threading.get_native_id()
         timing = FrameTiming(start_ms=now_ms())
         with self._lock:
             wanted_scene, self._wanted_scene = self._wanted_scene, None
@@ -178,6 +186,17 @@ class FramePipeline:
         self.pictures, self.encoder = pictures, encoder
         self._picture = None
         return True
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of the frame thread so far (None before it ran, or where /proc is not)."""
+        if self.thread_id is None:
+            return None
+        try:
+            with open(f"/proc/self/task/{self.thread_id}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def close(self) -> None:
         self.encoder.close()

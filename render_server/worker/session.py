@@ -429,7 +429,9 @@ class StreamSession:
             while True:
                 await asyncio.sleep(1.0)
                 track = self.track
-                m.session_cpu.labels(label).set(self.pipeline.cpu_s)
+                cpu = self.pipeline.cpu_seconds()
+                if cpu is not None:
+                    m.session_cpu.labels(label).set(cpu)
                 sends, self._send_ms = self._send_ms, []
                 m.session_send_ms.labels(label).set(sum(sends) / len(sends) if sends else 0.0)
                 if track is None:

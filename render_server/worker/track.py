@@ -49,7 +49,7 @@ class EncodedVideoTrack(MediaStreamTrack):
         self._next_tick: float | None = None
         self._last_camera: float | None = None
         self._last_sent = -float("inf")  # loop time of the last frame's start
-        self._poked = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None
         self._t0 = time.monotonic()
         self.dropped_ticks = 0  # frame times skipped because a frame took too long
         self.idle_ticks = 0  # ticks that repeated nothing because the picture stood still
@@ -64,16 +64,21 @@ class EncodedVideoTrack(MediaStreamTrack):
 
     def poke(self) -> None:
         """Input arrived: a frame should start as soon as the frame rate allows."""
-        self._poked.set()
+        if self._waiter is not None:
+            _settle(self._waiter, True)
 
     async def _wait(self, seconds: float) -> bool:
-        """Sleep `seconds`, or less if poked; True when poked."""
-        self._poked.clear()
+        """Sleep `seconds`, or less if poked; True when poked. (A future and a timer: cheaper
+        per frame than `wait_for`, which makes a task each time.)"""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(seconds, _settle, waiter, False)
         try:
-            await asyncio.wait_for(self._poked.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+            return bool(await waiter)
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def recv(self) -> av.Packet:
         loop = asyncio.get_running_loop()
@@ -110,10 +115,20 @@ class EncodedVideoTrack(MediaStreamTrack):
                 continue
             self._last_sent = started
             pts = int((now - self._t0) * RTP_CLOCK)
-            packet = await loop.run_in_executor(self._executor, self._pipeline.produce, camera, pts)
+            if self._pipeline.cheap:
+                packet = self._pipeline.produce(camera, pts)  # a thread hop would cost more
+            else:
+                packet = await loop.run_in_executor(
+                    self._executor, self._pipeline.produce, camera, pts
+                )
             if self.readyState != "live":
                 raise MediaStreamError
             if packet is not None:
                 if self._on_frame is not None:
                     self._on_frame(packet, now_ms())
                 return packet
+
+
+def _settle(waiter: asyncio.Future[bool], poked: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(poked)
