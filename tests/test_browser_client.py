@@ -282,7 +282,7 @@ def test_worker_peer_loss_and_signaling_loss_reconnect_without_going_black(
     print(f"signaling loss: states {page.evaluate('window.states')}, darkest {min(samples):.1f}")
     assert min(samples) > streaming_level * 0.5
     assert page.evaluate("window.renderStream.pc === window.pcBefore"), "media was renegotiated"
-    assert len(live_server.browser_sockets()) == 1
+    wait_until(lambda: len(live_server.browser_sockets()) == 1, 5, "one resumed socket")
     assert camera(page)["distance"] > 0  # the data channel still answers
     page.context.close()
 

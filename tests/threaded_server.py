@@ -66,7 +66,12 @@ class ThreadedServer:
         return list(self.app[EMBEDDED_KEY].service.sessions.values())
 
     def browser_sockets(self) -> list[Any]:
-        return list(self.ctx.browser_sockets)
+        """The open browser sockets, read on the server's loop (the set changes there)."""
+
+        async def read() -> list[Any]:
+            return [ws for ws in self.ctx.browser_sockets if not ws.closed]
+
+        return self.call(read)
 
     async def _start(self) -> None:
         import dataclasses
