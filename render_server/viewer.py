@@ -12,19 +12,14 @@ import contextlib
 import json
 from typing import Any
 
-import aiohttp
 import av
-from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, pack_remb_fci
 
-from .signaling.messages import PROTOCOL_VERSION
+from .signaling_client import SignalingClient, SignalingError
 
-
-class ViewerError(RuntimeError):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
+ViewerError = SignalingError  # the server refused or failed the session
 
 
 class Viewer:
@@ -43,46 +38,26 @@ class Viewer:
         self.receiver_estimates = receiver_estimates
         self.session_info: dict[str, Any] = {}
         self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
-        self.errors: list[dict[str, Any]] = []  # error messages from signaling and the worker
         self.messages: list[dict[str, Any]] = []  # everything the worker sent on the channel
         self._message_arrived = asyncio.Event()
-        self.ended: asyncio.Future[str] | None = None
+        self.signaling = SignalingClient(url, token)
+        self.errors = self.signaling.errors  # the server's and the worker's error messages
         self.pc: RTCPeerConnection | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._answer: asyncio.Future[str] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._channel_open = asyncio.Event()
 
     async def start(self, timeout: float = 15.0) -> dict[str, Any]:
         """Start a session and negotiate; returns the `session.started` message."""
-        loop = asyncio.get_running_loop()
-        self.ended = loop.create_future()
-        self._answer = loop.create_future()
-        self._http = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._ws = await self._http.ws_connect(self.url, headers=headers)
-        started: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._tasks.append(asyncio.create_task(self._read_signaling(started)))
-        await self._send({"type": "session.start"})
-        self.session_info = await asyncio.wait_for(started, timeout)
-
-        ice = [RTCIceServer(urls=s["urls"]) for s in self.session_info.get("iceServers", [])]
-        self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        self.session_info = await self.signaling.start(timeout)
+        self.pc = pc = self.signaling.peer_connection()
         pc.addTransceiver("video", direction="recvonly")
         self.input = pc.createDataChannel("input")
         self.input.on("open", self._channel_open.set)
         self.input.on("message", self._on_worker_message)
         pc.on("track", self._on_track)
-        await pc.setLocalDescription(await pc.createOffer())
-        sdp = pc.localDescription.sdp
-        if not self.receiver_estimates:
-            sdp = "".join(
-                line for line in sdp.splitlines(keepends=True) if "abs-send-time" not in line
-            )
-        await self._send({"type": "offer", "sdp": sdp})
-        answer = await asyncio.wait_for(self._answer, timeout)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        # without abs-send-time aiortc's receiver makes no bandwidth estimates (no REMB)
+        edit = None if self.receiver_estimates else _without_abs_send_time
+        await self.signaling.negotiate(pc, timeout, edit_offer=edit)
         return self.session_info
 
     async def next_frame(self, timeout: float = 10.0) -> av.VideoFrame:
@@ -146,16 +121,12 @@ class Viewer:
         await receiver._send_rtcp(packet)
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._send({"type": "session.end"})
+        await self.signaling.end()
         for task in self._tasks:
             task.cancel()
         if self.pc is not None:
             await self.pc.close()
-        if self._ws is not None:
-            await self._ws.close()
-        if self._http is not None:
-            await self._http.close()
+        await self.signaling.close()
 
     async def __aenter__(self) -> Viewer:
         await self.start()
@@ -166,30 +137,10 @@ class Viewer:
 
     # -- internals -------------------------------------------------------------------------
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        assert self._ws is not None
-        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
-
-    async def _read_signaling(self, started: asyncio.Future[dict[str, Any]]) -> None:
-        assert self._ws is not None and self.ended is not None and self._answer is not None
-        async for msg in self._ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            message = json.loads(msg.data)
-            kind = message.get("type")
-            if kind == "session.started" and not started.done():
-                started.set_result(message)
-            elif kind == "answer" and not self._answer.done():
-                self._answer.set_result(message["sdp"])
-            elif kind == "session.ended" and not self.ended.done():
-                self.ended.set_result(message["reason"])
-            elif kind == "error":
-                self.errors.append(message)
-                error = ViewerError(message["code"], message["message"])
-                for waiter in (started, self._answer):
-                    if not waiter.done():
-                        waiter.set_exception(error)
-                        break
+    @property
+    def ended(self) -> asyncio.Future[str] | None:
+        """The reason of `session.ended`, once the server sends it."""
+        return self.signaling.ended
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         self._tasks.append(asyncio.create_task(self._read_frames(track)))
@@ -211,3 +162,7 @@ class Viewer:
             self._message_arrived.set()
             if message.get("type") == "error":
                 self.errors.append(message)
+
+
+def _without_abs_send_time(sdp: str) -> str:
+    return "".join(line for line in sdp.splitlines(keepends=True) if "abs-send-time" not in line)

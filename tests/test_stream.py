@@ -133,7 +133,7 @@ async def test_unusable_ice_candidates_are_refused_and_the_stream_goes_on(
             {"candidate": "candidate:garbage", "sdpMid": "0"},
             {"candidate": "candidate:1 1 udp 1 127.0.0.1 9 typ host"},  # no sdpMid/index
         ):
-            await viewer._send({"type": "ice", **bad})
+            await viewer.signaling.send({"type": "ice", **bad})
         for _ in range(50):
             if len(viewer.errors) >= 2:
                 break

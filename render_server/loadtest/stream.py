@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
-from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
-from ..measure.client import signaling_url
 from ..measure.frames import (
     FrameAssembler,
     FrameDecoder,
@@ -32,7 +31,7 @@ from ..measure.frames import (
     observe_receiver,
 )
 from ..measure.latency import ClockOffset, TimingRecord, parse_timing
-from ..signaling.messages import PROTOCOL_VERSION
+from ..signaling_client import SignalingClient, SignalingError
 from .config import LoadTestConfig
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
@@ -144,9 +143,8 @@ class StreamProbe:
         else:
             self.assembler = FrameAssembler(self._on_frame)
         self.pc: RTCPeerConnection | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self.signaling = SignalingClient(config.server, config.token, on_message=self._on_signal)
+        self._watcher: asyncio.Task[None] | None = None
         self._channel: Any = None
         self._closing = False
         self._stopped = asyncio.Event()  # the stream failed or the worker ended it
@@ -197,28 +195,22 @@ class StreamProbe:
         return self.result
 
     async def _open(self) -> None:
-        config = self.config
-        loop = asyncio.get_running_loop()
-        started: asyncio.Future[dict[str, Any]] = loop.create_future()
-        answer: asyncio.Future[str] = loop.create_future()
         self.result.state = "connecting"
-        self._http = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        signaling = self.signaling
         try:
-            self._ws = await self._http.ws_connect(signaling_url(config.server), headers=headers)
+            info = await signaling.start(timeout=None)
         except aiohttp.WSServerHandshakeError as exc:
             raise StreamFailed(
                 f"signaling refused the socket: {exc.status} {exc.message}"
             ) from None
-        self._reader = asyncio.create_task(self._read_signaling(started, answer))
-        await self._signal({"type": "session.start"})
-        info = await started
+        except SignalingError as exc:
+            raise StreamFailed(_reason(exc)) from None
+        self._watcher = asyncio.create_task(self._watch_socket())
         self.result.session_id = info.get("sessionId")
         self.result.worker_id = info.get("workerId")
         self.result.state = "negotiating"
 
-        ice = [RTCIceServer(urls=s["urls"]) for s in info.get("iceServers", [])]
-        self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        self.pc = pc = signaling.peer_connection()
         pc.on("connectionstatechange", self._on_connection_state)
         transceiver = pc.addTransceiver("video", direction="recvonly")
         observe_receiver(transceiver.receiver, self.assembler)
@@ -226,9 +218,10 @@ class StreamProbe:
         self._channel = channel = pc.createDataChannel("input")
         channel.on("open", self._on_channel_open)
         channel.on("message", self._on_message)
-        await pc.setLocalDescription(await pc.createOffer())
-        await self._signal({"type": "offer", "sdp": pc.localDescription.sdp})
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=await answer, type="answer"))
+        try:
+            await signaling.negotiate(pc, timeout=None)
+        except SignalingError as exc:
+            raise StreamFailed(_reason(exc)) from None
         waiter = asyncio.create_task(self._first_frame.wait())
         stopper = asyncio.create_task(self._stopped.wait())
         await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
@@ -242,7 +235,7 @@ class StreamProbe:
         if result.state != "failed":
             result.state = "closing"
             with contextlib.suppress(Exception):
-                await self._signal({"type": "session.end"})
+                await self.signaling.send({"type": "session.end"})
                 await asyncio.wait_for(self._session_ended.wait(), END_WAIT_S)
         self._closing = True
         end = now_ms()
@@ -255,17 +248,13 @@ class StreamProbe:
             # a stream still connected whose frames stopped: its silent tail is a freeze
             if self._last_frame_ms is not None:
                 self._gap(end - self._last_frame_ms, end, tail=True)
-        if self._reader is not None:
-            self._reader.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
         with contextlib.suppress(Exception):
             if self.pc is not None:
                 await self.pc.close()
         with contextlib.suppress(Exception):
-            if self._ws is not None:
-                await self._ws.close()
-        with contextlib.suppress(Exception):
-            if self._http is not None:
-                await self._http.close()
+            await self.signaling.close()
         self.assembler.flush()
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
@@ -480,54 +469,31 @@ class StreamProbe:
             await asyncio.sleep(PING_INTERVAL_S)
             self._ping()
 
-    async def _signal(self, message: dict[str, Any]) -> None:
-        assert self._ws is not None
-        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
+    def _on_signal(self, message: dict[str, Any]) -> None:
+        """Server messages besides the handshake's (its failures raise out of `_open`)."""
+        kind = message.get("type")
+        if kind == "queue":
+            self.result.state = "queued"
+            self.result.queued_position = message.get("position")
+        elif kind == "session.ended":
+            self._session_ended.set()
+            if not self._closing and self.result.state != "closing":
+                self._fail(f"the session was ended by the server ({message.get('reason')})")
+        elif kind == "session.interrupted":
+            self._fail(f"the session was interrupted ({message.get('reason')})")
+        elif kind == "error" and len(self.result.worker_errors) < 20:
+            self.result.worker_errors.append(message)
 
-    async def _read_signaling(
-        self, started: asyncio.Future[dict[str, Any]], answer: asyncio.Future[str]
-    ) -> None:
-        assert self._ws is not None
-        async for msg in self._ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            try:
-                message = json.loads(msg.data)
-            except ValueError:
-                continue
-            kind = message.get("type")
-            if kind == "session.started" and not started.done():
-                started.set_result(message)
-            elif kind == "queue":
-                self.result.state = "queued"
-                self.result.queued_position = message.get("position")
-            elif kind == "answer" and not answer.done():
-                answer.set_result(message.get("sdp", ""))
-            elif kind == "session.ended":
-                self._session_ended.set()
-                if not self._closing and self.result.state != "closing":
-                    reason = message.get("reason")
-                    self._fail(f"the session was ended by the server ({reason})")
-                    _settle(started, answer, "the session ended before it started")
-            elif kind == "session.interrupted":
-                self._fail(f"the session was interrupted ({message.get('reason')})")
-                _settle(started, answer, "the session was interrupted")
-            elif kind == "error":
-                text = f"signaling error {message.get('code')}: {message.get('message')}"
-                if not (started.done() and answer.done()):
-                    self._fail(text)
-                    _settle(started, answer, text)
-                elif len(self.result.worker_errors) < 20:
-                    self.result.worker_errors.append(message)
+    async def _watch_socket(self) -> None:
+        await self.signaling.closed.wait()
         if not self._closing and self.result.state != "closing":
             self._fail("the signaling socket closed")
-            _settle(started, answer, "the signaling socket closed")
 
 
-def _settle(started: asyncio.Future[Any], answer: asyncio.Future[Any], reason: str) -> None:
-    for waiter in (started, answer):
-        if not waiter.done():
-            waiter.set_exception(StreamFailed(reason))
+def _reason(exc: SignalingError) -> str:
+    if exc.code in ("closed", "ended"):
+        return exc.message
+    return f"signaling error {exc.code}: {exc.message}"
 
 
 def _bound(waiting: dict[int, Any]) -> None:

@@ -9,16 +9,13 @@ matches the worker's `timing` records with what arrived.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
-from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection
 
-from ..signaling.messages import PROTOCOL_VERSION
+from ..signaling_client import SignalingClient, SignalingError, signaling_url
 from .frames import DecodeMode, FrameAssembler, FrameDecoder, ObservedFrame, observe_receiver
 from .latency import LatencyMatcher
 
@@ -30,17 +27,7 @@ class MeasureError(RuntimeError):
     """The session could not be opened or gave nothing to measure."""
 
 
-def signaling_url(url: str) -> str:
-    """The browser WebSocket of a server: `http://host:port` → `ws://host:port/ws`; a ws:// or
-    wss:// URL is used as given."""
-    parts = urlsplit(url)
-    if parts.scheme in ("ws", "wss"):
-        return url
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"not an http(s) or ws(s) URL: {url!r}")
-    scheme = "wss" if parts.scheme == "https" else "ws"
-    path = parts.path.rstrip("/") + "/ws"
-    return urlunsplit((scheme, parts.netloc, path, "", ""))
+__all__ = ["LatencyClient", "MeasureError", "measure_latency", "signaling_url"]
 
 
 def now_ms() -> float:
@@ -62,19 +49,16 @@ class LatencyClient:
         ping_interval: float = 1.0,
         swing: float = 1.0,
     ) -> None:
-        self.url = signaling_url(url)
-        self.token = token
+        self.signaling = SignalingClient(url, token)
         self.input_rate = input_rate
         self.ping_interval = ping_interval
         self.swing = swing
         self.matcher = LatencyMatcher()
         self.decoder = FrameDecoder(decode) if decode != "none" else None
         self.assembler = FrameAssembler(self._on_frame, keep_payload=self.decoder is not None)
-        self.errors: list[dict[str, Any]] = []
+        self.errors = self.signaling.errors  # the server's and the worker's error messages
         self.session_info: dict[str, Any] = {}
         self.pc: RTCPeerConnection | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._channel_open = asyncio.Event()
         self._first_frame = asyncio.Event()
@@ -86,28 +70,17 @@ class LatencyClient:
 
     async def start(self, timeout: float = 20.0) -> None:
         """Open a session, negotiate, and wait for the channel and the first frame."""
-        loop = asyncio.get_running_loop()
-        started: asyncio.Future[dict[str, Any]] = loop.create_future()
-        answer: asyncio.Future[str] = loop.create_future()
-        self._http = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._ws = await self._http.ws_connect(self.url, headers=headers)
-        self._tasks.append(asyncio.create_task(self._read_signaling(started, answer)))
-        await self._signal({"type": "session.start"})
-        self.session_info = await asyncio.wait_for(started, timeout)
-
-        ice = [RTCIceServer(urls=s["urls"]) for s in self.session_info.get("iceServers", [])]
-        self.pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
-        transceiver = pc.addTransceiver("video", direction="recvonly")
-        observe_receiver(transceiver.receiver, self.assembler)
-        self.channel = pc.createDataChannel("input")
-        self.channel.on("open", self._channel_open.set)
-        self.channel.on("message", self._on_message)
-        await pc.setLocalDescription(await pc.createOffer())
-        await self._signal({"type": "offer", "sdp": pc.localDescription.sdp})
-        await pc.setRemoteDescription(
-            RTCSessionDescription(sdp=await asyncio.wait_for(answer, timeout), type="answer")
-        )
+        try:
+            self.session_info = await self.signaling.start(timeout)
+            self.pc = pc = self.signaling.peer_connection()
+            transceiver = pc.addTransceiver("video", direction="recvonly")
+            observe_receiver(transceiver.receiver, self.assembler)
+            self.channel = pc.createDataChannel("input")
+            self.channel.on("open", self._channel_open.set)
+            self.channel.on("message", self._on_message)
+            await self.signaling.negotiate(pc, timeout)
+        except SignalingError as exc:
+            raise MeasureError(str(exc)) from None
         await asyncio.wait_for(self._channel_open.wait(), timeout)
         await asyncio.wait_for(self._first_frame.wait(), timeout)
 
@@ -148,16 +121,12 @@ class LatencyClient:
         return report
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._signal({"type": "session.end"})
+        await self.signaling.end()
         for task in self._tasks:
             task.cancel()
         if self.pc is not None:
             await self.pc.close()
-        if self._ws is not None:
-            await self._ws.close()
-        if self._http is not None:
-            await self._http.close()
+        await self.signaling.close()
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
 
@@ -248,31 +217,6 @@ class LatencyClient:
                 self.matcher.clock.add(sent, float(worker), received)
         elif kind == "error":
             self.errors.append(message)
-
-    async def _signal(self, message: dict[str, Any]) -> None:
-        assert self._ws is not None
-        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
-
-    async def _read_signaling(
-        self, started: asyncio.Future[dict[str, Any]], answer: asyncio.Future[str]
-    ) -> None:
-        assert self._ws is not None
-        async for msg in self._ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            message = json.loads(msg.data)
-            kind = message.get("type")
-            if kind == "session.started" and not started.done():
-                started.set_result(message)
-            elif kind == "answer" and not answer.done():
-                answer.set_result(message["sdp"])
-            elif kind == "error":
-                self.errors.append(message)
-                error = MeasureError(f"{message.get('code')}: {message.get('message')}")
-                for waiter in (started, answer):
-                    if not waiter.done():
-                        waiter.set_exception(error)
-                        break
 
 
 async def measure_latency(
