@@ -167,8 +167,6 @@ class StreamSession:
         route_rtcp_feedback(
             transceiver.sender, self.pipeline.keyframes.request, self._on_receiver_estimate
         )
-        timing = self.timing
-        watch_sent_packets(transceiver.sender, timing.packet_sent)
         request_playout_delay(transceiver.sender, self.playout_delay)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -176,6 +174,8 @@ class StreamSession:
             raise SessionNegotiationError(_negotiation_message(exc)) from exc
         if transceiver.mid is None:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
+        # after the offer: BUNDLE may have moved the sender onto the data channel's transport
+        watch_sent_packets(transceiver.sender, self.timing.packet_sent)
         await pc.setLocalDescription(await pc.createAnswer())
         self.log.info("session.answered", extra={"peer": self.peers})
         return pc.localDescription.sdp

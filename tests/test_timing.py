@@ -1,0 +1,84 @@
+"""Per-frame timing records: keyed by the RTP timestamp on the wire, sent on the data channel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from render_server.signaling_client import SignalingClient
+from render_server.worker.timing import FrameRecord, FrameTimingLog
+
+from .support import ServerFactory, ws_url
+
+
+def record(pts: int, handed_ms: float = 0.0) -> FrameRecord:
+    return FrameRecord(
+        pts=pts, seq=-1, input_ms=None, start_ms=handed_ms - 5, rendered_ms=handed_ms - 3,
+        encoded_ms=handed_ms - 1, handed_ms=handed_ms, bytes=100, keyframe=False,
+    )  # fmt: skip
+
+
+def test_the_first_marker_packet_reveals_aiortcs_timestamp_origin() -> None:
+    log = FrameTimingLog()
+    origin = 0xFFFF_F000  # near the wrap, as a random origin may be
+    for i, pts in enumerate((0, 3000, 6000)):
+        log.handed(record(pts, handed_ms=i * 33.0))
+    log.packet_sent((origin + 0) & 0xFFFFFFFF, 1.0)
+    log.packet_sent((origin + 3000) & 0xFFFFFFFF, 34.0)
+    log.packet_sent((origin + 1234) & 0xFFFFFFFF, 35.0)  # no frame of ours: ignored
+    log.packet_sent((origin + 6000) & 0xFFFFFFFF, 67.0)
+    rows = [r.row() for r in log.drain()]
+    assert [row[0] for row in rows] == [origin, (origin + 3000) & 0xFFFFFFFF, 0x770]
+    assert [row[7] for row in rows] == [1.0, 34.0, 67.0]
+    assert log.drain() == []
+
+
+def test_a_frame_the_sender_never_sent_is_skipped_not_mismatched() -> None:
+    log = FrameTimingLog()
+    for pts in (0, 3000, 6000):
+        log.handed(record(pts))
+    log.packet_sent(500, 1.0)  # origin 500
+    log.packet_sent(500 + 6000, 2.0)  # the frame at 3000 never went out
+    assert [(r.pts, r.rtp) for r in log.drain()] == [(0, 500), (6000, 6500)]
+
+
+async def test_records_arrive_when_the_data_channel_leads_the_bundle(
+    start_server: ServerFactory,
+) -> None:
+    # the data channel's mid first in the BUNDLE group (as a page that opens its channel
+    # before its transceiver may offer): aiortc moves the video sender onto its transport
+    server = await start_server()
+    signaling = SignalingClient(ws_url(server))
+    await signaling.start()
+    pc = signaling.peer_connection()
+    channel = pc.createDataChannel("input")
+    pc.addTransceiver("video", direction="recvonly")
+    timing: list[list[object]] = []
+    channel.on(
+        "message",
+        lambda data: timing.extend(
+            m["frames"] for m in [json.loads(data)] if m.get("type") == "timing"
+        ),
+    )
+    try:
+        await signaling.negotiate(pc, edit_offer=_data_channel_first)
+        for _ in range(100):
+            if len(timing) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert len(timing) >= 2, "no timing records"
+        rows = [row for batch in timing for row in batch]  # type: ignore[attr-defined]
+        assert all(isinstance(row[0], int) and row[7] is not None for row in rows)
+    finally:
+        await signaling.end()
+        await pc.close()
+        await signaling.close()
+
+
+def _data_channel_first(sdp: str) -> str:
+    lines = sdp.split("\r\n")
+    group = next(i for i, line in enumerate(lines) if line.startswith("a=group:BUNDLE "))
+    mids = lines[group].split()[1:]
+    assert len(mids) == 2, mids
+    lines[group] = "a=group:BUNDLE " + " ".join(reversed(mids))
+    return "\r\n".join(lines)
