@@ -100,6 +100,11 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"render-server loadtest: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    missing = _missing_extras(progress=not args.json and not args.no_progress)
+    if missing:
+        print(f"render-server loadtest: {', '.join(missing)} missing: install the loadtest "
+              "extra (pip install -e '.[loadtest]')", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     directory = Path(args.report)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -128,3 +133,12 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     report, summary = write_report(run, directory)
     print(json.dumps(report, indent=2) if args.json else summary)
     return EXIT_PASS if report["verdict"]["passed"] else EXIT_FAIL
+
+
+def _missing_extras(progress: bool) -> list[str]:
+    """The optional packages this run needs and cannot import (before minutes of load, not
+    after)."""
+    import importlib.util
+
+    wanted = ["matplotlib"] + (["rich"] if progress else [])
+    return [name for name in wanted if importlib.util.find_spec(name) is None]
