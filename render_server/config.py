@@ -140,9 +140,12 @@ class StreamConfig:
 
     @property
     def target_bitrate(self) -> int:
-        return (
-            self.bitrate if self.bitrate is not None else default_bitrate(self.resolution, self.fps)
-        )
+        return self.bitrate_for(self.resolution, self.fps)
+
+    def bitrate_for(self, resolution: Resolution, fps: float) -> int:
+        """The bitrate of a stream of this size and rate: `--bitrate` where the operator set
+        one (a budget per stream, whatever its size), else scaled to the pixels and rate."""
+        return self.bitrate if self.bitrate is not None else default_bitrate(resolution, fps)
 
 
 AuthMode = Literal["auto", "on", "off"]

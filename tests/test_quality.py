@@ -153,3 +153,37 @@ def test_a_format_that_cannot_be_built_leaves_the_stream_as_it_was(
     pipeline.request_format(Resolution(160, 90), 30.0)
     assert pipeline.produce(cam, 3000) is not None
     assert pipeline.format_errors == 1 and pipeline.encoder.width == 320
+
+
+def test_without_a_set_bitrate_each_size_gets_its_own() -> None:
+    from render_server.config import default_bitrate
+    from render_server.metrics import Metrics
+    from render_server.render import default_scene
+    from render_server.worker.local import LocalWorker
+
+    stream = StreamConfig(resolution=Resolution(1280, 720), encoder="x264", renderer="cpu")
+    limits = QualityLimits.of(stream)
+    initial = limits.initial(stream)
+    big = limits.clamp(initial, QualityRequest(width=3840, height=2160))
+    assert limits.message(initial)["maxKbps"] == default_bitrate(Resolution(1280, 720), 30) // 1000
+    assert limits.message(big)["maxKbps"] == default_bitrate(Resolution(3840, 2160), 30) // 1000
+    capped = limits.clamp(big, QualityRequest(max_kbps=3000))
+    assert limits.message(capped)["maxKbps"] == 3000
+    worker = LocalWorker("w", default_scene(), stream, 1, Metrics())
+    pictures, encoder = worker._build(Resolution(640, 360), 30.0, None)
+    try:
+        assert encoder.bitrate == default_bitrate(Resolution(640, 360), 30.0)
+    finally:
+        encoder.close()
+        pictures.close()
+    # a bitrate the operator set is a budget per stream, whatever its size
+    fixed = QualityLimits.of(StreamConfig(bitrate=4_000_000))
+    assert (
+        fixed.message(
+            fixed.clamp(
+                fixed.initial(StreamConfig(bitrate=4_000_000)),
+                QualityRequest(width=3840, height=2160),
+            )
+        )["maxKbps"]
+        == 4000
+    )

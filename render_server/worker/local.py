@@ -140,7 +140,8 @@ class LocalWorker:
         """A picture source and an encoder of one size, for a session's scene (None: the
         worker's)."""
         if self.backends.encoder == "replay":
-            clip = replay_clip(self.scene, resolution, fps, self.stream.target_bitrate)
+            bitrate = self.stream.bitrate_for(resolution, fps)
+            clip = replay_clip(self.scene, resolution, fps, bitrate)
             return ReplayPictures(), ReplayEncoder(clip)
         encoder = self._encoder(resolution, fps)
         try:
@@ -170,7 +171,7 @@ class LocalWorker:
         if self.backends.encoder == "nvenc":
             try:
                 return create_nvenc_encoder(
-                    "h264", resolution, fps, stream.target_bitrate,
+                    "h264", resolution, fps, stream.bitrate_for(resolution, fps),
                     pix_fmt=self.backends.pix_fmt, preset=stream.nvenc_preset,
                     intra_refresh=stream.intra_refresh,
                 )  # fmt: skip
@@ -181,4 +182,4 @@ class LocalWorker:
                 # encodes on the CPU, the next one tries NVENC again
                 reason = explain_nvenc_failure([str(exc)])
                 log.warning("encoder.fallback", extra={"reason": reason})
-        return create_x264_encoder(resolution, fps, stream.target_bitrate)
+        return create_x264_encoder(resolution, fps, stream.bitrate_for(resolution, fps))

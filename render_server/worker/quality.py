@@ -4,7 +4,7 @@ limits: asked-for figures are clamped, never refused."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..config import Resolution, StreamConfig
@@ -32,10 +32,20 @@ class QualityLimits:
     max_resolution: Resolution
     max_fps: float
     max_kbps: int
+    # for the bitrate of each size (None: max_kbps for all); not part of what the limits are
+    stream: StreamConfig | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, stream: StreamConfig) -> QualityLimits:
-        return cls(stream.max_resolution, stream.fps, stream.target_bitrate // 1000)
+        """A cap may go up to the bitrate of the largest stream a session may ask for."""
+        top = stream.bitrate_for(stream.max_resolution, stream.fps)
+        return cls(stream.max_resolution, stream.fps, top // 1000, stream)
+
+    def stream_kbps(self, quality: StreamQuality) -> int:
+        """What the encoder of this size and rate aims at, before any cap."""
+        if self.stream is None:
+            return self.max_kbps
+        return self.stream.bitrate_for(quality.resolution, quality.fps) // 1000
 
     def initial(self, stream: StreamConfig) -> StreamQuality:
         """The configured stream, with no cap below the configured bitrate."""
@@ -58,14 +68,15 @@ class QualityLimits:
         return StreamQuality(resolution, fps, max_kbps)
 
     def message(self, quality: StreamQuality) -> dict[str, Any]:
-        """The `quality` message the worker sends: the figures applied and the size limit."""
+        """The `quality` message the worker sends: the figures applied (`maxKbps`: the most the
+        encoder will spend, its own bitrate or the cap, whichever is lower) and the size limit."""
         fps = quality.fps
         return {
             "type": "quality",
             "width": quality.resolution.width,
             "height": quality.resolution.height,
             "fps": int(fps) if fps.is_integer() else fps,
-            "maxKbps": quality.max_kbps,
+            "maxKbps": min(quality.max_kbps, self.stream_kbps(quality)),
             "maxWidth": self.max_resolution.width,
             "maxHeight": self.max_resolution.height,
         }
