@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import av
 from aiortc import (
@@ -32,6 +33,7 @@ from aiortc import (
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 from aiortc.sdp import candidate_from_sdp
 
+from ..config import Resolution
 from ..logs import session_logger
 from ..metrics import Metrics
 from ..rate_limit import TokenBucket
@@ -108,6 +110,7 @@ class StreamSession:
         self.idle_fps = idle_fps
         self.playout_delay = playout_delay
         self.timing = FrameTimingLog()
+        self._format_errors_seen = 0
         self._input_seq = -1  # the newest steering input applied, and when it arrived
         self._input_ms: float | None = None
         self._shown_seq = -1  # the newest input the last frame showed
@@ -251,6 +254,8 @@ class StreamSession:
         return self.controller.snapshot()
 
     def _count_frame(self, packet: av.Packet, handed_ms: float) -> None:
+        if self.pipeline.format_errors != self._format_errors_seen:
+            self._format_failed()
         last = self.pipeline.last
         seq, input_ms = self._frame_input
         self.timing.handed(
@@ -343,6 +348,15 @@ class StreamSession:
         if controller:
             self._last_input = now
         self.metrics.input_events.labels(event_type(event)).inc()
+
+    def _format_failed(self) -> None:
+        """A size the page asked for could not be built (NVENC out of sessions, a GPU out of
+        memory): the stream went on at its old size; say so, with the figures as they are."""
+        self._format_errors_seen = self.pipeline.format_errors
+        encoder = self.pipeline.encoder
+        self.quality = replace(self.quality, resolution=Resolution(encoder.width, encoder.height))
+        message = self.quality_limits.message(self.quality)
+        self._send({**message, "error": "format_failed"})
 
     def _set_quality(self, request: QualityRequest) -> None:
         """Clamp the request, hand the change to the pipeline and the track, and answer with
