@@ -264,3 +264,18 @@ def test_the_cuda_path_takes_edited_and_empty_scenes(scene: Scene) -> None:
     # the same picture as the CPU renderer draws of the empty scene
     assert np.abs(bare - cpu.picture(cam).to_ndarray().astype(np.int16)).mean() < 1.0
     cuda.close()
+
+
+def test_the_sky_follows_the_time_of_day(scene: Scene) -> None:
+    commands = session(scene)
+    skies = {}
+    for hours in (12.0, 17.7, 0.0):
+        run(commands, "setTimeOfDay", hours=hours)
+        picture, _ = draw(commands)
+        skies[hours] = picture[0].mean(axis=0)  # the top row: sky in the default view
+    noon, dusk, night = skies[12.0], skies[17.7], skies[0.0]
+    print(f"top row RGB: noon {noon.round()}, dusk {dusk.round()}, night {night.round()}")
+    assert noon.mean() > dusk.mean() > night.mean()
+    assert night.mean() > 5, "the night sky is dark, not black"
+    # dusk warms the horizon: relative to noon, red holds up better than blue
+    assert dusk[0] / noon[0] > dusk[2] / noon[2]

@@ -49,6 +49,13 @@ SKY_HORIZON = (0.78, 0.84, 0.92)
 AMBIENT_SKY = (0.3, 0.36, 0.45)
 AMBIENT_GROUND = (0.12, 0.11, 0.1)
 FLOOR = FLOOR_MATERIAL  # the endless floor below the horizon
+NIGHT_SKY = 0.04  # what is left of the sky's brightness at night (Scene.daylight 0)
+SUNSET = (0.95, 0.5, 0.3)  # the horizon's tint at dusk
+
+
+def _sky_scale(daylight: float) -> float:
+    return NIGHT_SKY + (1.0 - NIGHT_SKY) * min(max(daylight, 0.0), 1.0)
+
 
 # Per-material row of the shading table, with the sun and ambient light folded in: sun ×
 # diffuse, sun × F0, the hemisphere ambient a + b·up (a, b), the environment's Fresnel
@@ -190,7 +197,8 @@ def _prepare(scene: Scene) -> _Prepared:
 
 def _build_prepared(scene: Scene) -> _Prepared:
     sun = np.asarray(scene.light_color, dtype=np.float64)
-    sky, ground = np.asarray(AMBIENT_SKY), np.asarray(AMBIENT_GROUND)
+    dim = _sky_scale(scene.daylight)
+    sky, ground = dim * np.asarray(AMBIENT_SKY), dim * np.asarray(AMBIENT_GROUND)
     materials = np.zeros((len(scene.materials) + 1, _MATERIAL_WIDTH), dtype=np.float32)
     for i, m in enumerate([*scene.materials, FLOOR]):
         base = np.asarray(m.base_color, dtype=np.float64)
@@ -249,7 +257,7 @@ def _build_prepared(scene: Scene) -> _Prepared:
         material_ids=scene.material_ids,
         triangles=triangles,
         materials=materials,
-        light=_light_params(to_light, scene.light_color),
+        light=_light_params(to_light, scene.light_color, scene.daylight),
         shadow_matrix=to_map,
         shadow_tiles=_tile(shadow_map),
         shadow_coarse=_coarse(shadow_map),
@@ -327,18 +335,24 @@ def _coarse(shadow_map: np.ndarray) -> np.ndarray:
     return inner.max(axis=(1, 3)).reshape(-1).astype(np.float32)
 
 
-def _light_params(to_light: np.ndarray, color: tuple[float, float, float]) -> np.ndarray:
+def _light_params(
+    to_light: np.ndarray, color: tuple[float, float, float], daylight: float = 1.0
+) -> np.ndarray:
     """The shading kernel's light: toward the sun, sun colour, environment (float32 (15,)).
 
     The environment is the horizon colour and the differences zenith − horizon and
-    floor − horizon, where the floor is what glossy surfaces see below the horizon.
+    floor − horizon, where the floor is what glossy surfaces see below the horizon. The sky
+    dims with `daylight` and its horizon warms at dusk (halfway through the fade).
     """
-    irradiance = np.asarray(color) * max(float(to_light[1]), 0.0) + np.asarray(AMBIENT_SKY)
+    dim = _sky_scale(daylight)
+    dusk = 4.0 * daylight * (1.0 - daylight)  # 0 by day and by night, 1 halfway
+    irradiance = np.asarray(color) * max(float(to_light[1]), 0.0) + dim * np.asarray(AMBIENT_SKY)
     floor = np.asarray(FLOOR.base_color) * irradiance
-    horizon = np.asarray(SKY_HORIZON)
-    return np.concatenate(
-        [to_light, color, horizon, np.asarray(SKY_ZENITH) - horizon, floor - horizon]
-    ).astype(np.float32)
+    horizon = dim * ((1.0 - 0.6 * dusk) * np.asarray(SKY_HORIZON) + 0.6 * dusk * np.asarray(SUNSET))
+    zenith = dim * np.asarray(SKY_ZENITH)
+    return np.concatenate([to_light, color, horizon, zenith - horizon, floor - horizon]).astype(
+        np.float32
+    )
 
 
 def _tone_lut() -> np.ndarray:

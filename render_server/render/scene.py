@@ -69,6 +69,7 @@ class Scene:
         default_factory=lambda: np.array(DEFAULT_LIGHT_DIRECTION, dtype=np.float32)
     )
     light_color: tuple[float, float, float] = DEFAULT_LIGHT_COLOR
+    daylight: float = 1.0  # how bright the sky and its ambient light are: 1 day … 0 night
     objects: list[str] = field(default_factory=lambda: ["scene"])
     object_ids: np.ndarray | None = None  # int32 (T,): index into `objects`; None: all 0
     bounds: InitVar[tuple[np.ndarray, np.ndarray] | None] = None

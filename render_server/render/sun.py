@@ -20,6 +20,7 @@ DEFAULT_HOUR: Final = 15.0
 HOURS_PER_DAY: Final = 24.0
 MOON_COLOR: Final = (0.05, 0.065, 0.11)  # linear RGB
 MOON_ELEVATION: Final = math.radians(40.0)
+DUSK_LOW, DUSK_HIGH = -0.08, 0.25  # the sine of the sun's elevation where the sky fades
 # per channel: how fast the sun's colour fades as its elevation's sine falls (blue fastest)
 _FADE: Final = np.array([0.6, 1.0, 1.6])
 
@@ -34,6 +35,14 @@ _NOON_ELEVATION: Final = _ELEVATION_DEFAULT / math.sin(math.pi * (DEFAULT_HOUR -
 def sun_elevation(hours: float) -> float:
     """The sun's elevation in radians (negative below the horizon)."""
     return _NOON_ELEVATION * math.sin(math.pi * (hours - 6.0) / 12.0)
+
+
+def daylight_for_hour(hours: float) -> float:
+    """How much of the day's sky is left (1 … 0): full while the sun stands over ~15°, fading
+    through dusk to none once it is ~5° below the horizon."""
+    x = (math.sin(sun_elevation(hours)) - DUSK_LOW) / (DUSK_HIGH - DUSK_LOW)
+    x = min(max(x, 0.0), 1.0)
+    return x * x * (3.0 - 2.0 * x)
 
 
 def light_for_hour(hours: float) -> tuple[np.ndarray, tuple[float, float, float]]:

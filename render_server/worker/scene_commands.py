@@ -18,7 +18,7 @@ import numpy as np
 
 from ..render.camera import MAX_PITCH, OrbitCamera
 from ..render.scene import Material, Scene, linear_to_srgb, srgb_to_linear
-from ..render.sun import DEFAULT_HOUR, HOURS_PER_DAY, light_for_hour
+from ..render.sun import DEFAULT_HOUR, HOURS_PER_DAY, daylight_for_hour, light_for_hour
 from .controls import CameraController
 from .input_events import MAX_NAME_CHARS, CommandError, SceneCommand
 
@@ -50,8 +50,10 @@ class SceneEdits:
             keep = ~np.isin(base.object_ids, np.fromiter(self.hidden, np.int32))
         materials = [self.materials.get(i, m) for i, m in enumerate(base.materials)]
         light_direction, light_color = base.light_direction, base.light_color
+        daylight = base.daylight
         if self.hours is not None:
             light_direction, light_color = light_for_hour(self.hours)
+            daylight = daylight_for_hour(self.hours)
         return Scene(
             positions=base.positions[keep],
             normals=base.normals[keep],
@@ -59,6 +61,7 @@ class SceneEdits:
             materials=materials,
             light_direction=light_direction,
             light_color=light_color,
+            daylight=daylight,
             objects=base.objects,
             object_ids=base.object_ids[keep],
             bounds=(base.bounds_min, base.bounds_max),
