@@ -154,3 +154,12 @@ def test_set_bitrate_takes_effect_and_is_capped() -> None:
     assert after * 8 * FPS < 1.5 * 500_000
     assert encoder.set_bitrate(10**9) == 2_000_000  # never above what the operator configured
     assert encoder.set_bitrate(1) == 100_000  # nor below a floor that still shows a picture
+
+
+@pytest.mark.parametrize("bands", [2, 3, 5])
+def test_conversion_in_bands_of_rows_gives_the_same_planes(bands: int) -> None:
+    rgb = np.random.default_rng(7).integers(0, 256, (150, 98, 3), dtype=np.uint8)
+    one = YuvConverter(98, 150, bands=1).convert(rgb).to_ndarray()
+    split = YuvConverter(98, 150, bands=bands).convert(rgb).to_ndarray()
+    assert one.shape == (225, 98)  # Y rows, then U and V
+    assert np.array_equal(split, one)

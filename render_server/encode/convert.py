@@ -11,6 +11,8 @@ import av
 import numpy as np
 from numba import njit
 
+from ..bands import run_in_bands, split_rows
+
 # BT.709 limited range, the matrix marked in the H.264 VUI (see x264.py), so browsers decode with
 # it. Coefficients are the matrix × 219/255 (luma) or × 224/255 (chroma) × 256, rounded; chroma
 # is the mean of each 2×2 block (its sum of four, hence the shift by 10 rather than 8).
@@ -73,8 +75,9 @@ class YuvConverter:
     encoding, and `make_writable` copies first should anything still hold a reference.
     """
 
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, bands: int | None = None) -> None:
         self.frame = av.VideoFrame(width, height, "yuv420p")
+        self._bands = split_rows(height, bands, step=2)  # whole 2×2 chroma blocks per band
 
     def convert(self, rgb: np.ndarray) -> av.VideoFrame:
         _check(rgb)
@@ -84,5 +87,11 @@ class YuvConverter:
                 f"converter is {self.frame.width}x{self.frame.height}"
             )
         self.frame.make_writable()
-        _rgb_to_yuv420(rgb, _plane(self.frame, 0), _plane(self.frame, 1), _plane(self.frame, 2))
+        y, u, v = (_plane(self.frame, i) for i in range(3))
+
+        def convert(start: int, stop: int) -> None:
+            half = slice(start // 2, stop // 2)
+            _rgb_to_yuv420(rgb[start:stop], y[start:stop], u[half], v[half])
+
+        run_in_bands(convert, self._bands)
         return self.frame

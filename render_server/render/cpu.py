@@ -17,15 +17,14 @@ keep to 32-bit lanes (64-bit lanes need 512-bit registers, which run far slower 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
+from ..bands import run_in_bands, split_rows
 from .camera import OrbitCamera
 from .scene import FLOOR_MATERIAL, Scene
 
@@ -61,23 +60,6 @@ def _sky_scale(daylight: float) -> float:
 # diffuse, sun × F0, the hemisphere ambient a + b·up (a, b), the environment's Fresnel
 # F0 + g·(1 − n·v)⁵ (F0, g), GGX alpha², roughness, and how sharp the reflected horizon is.
 _MATERIAL_WIDTH = 21
-# Bands of rows shaded at once, one per core (up to 4): a frame's latency, not its CPU cost,
-# is what a designer feels; RENDER_SERVER_RENDER_BANDS=1 shades on the calling thread alone
-DEFAULT_BANDS = int(os.environ.get("RENDER_SERVER_RENDER_BANDS", "0")) or min(
-    4, os.cpu_count() or 1
-)
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _band_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(1, DEFAULT_BANDS), thread_name_prefix="render-band")
-        return _pool
-
-
 # Per-triangle row: corner normals, then corner shadow-map coordinates (u, v, depth)
 _TRIANGLE_WIDTH = 18
 
@@ -94,9 +76,7 @@ class CpuRenderer:
     def __init__(self, scene: Scene, width: int, height: int, bands: int | None = None) -> None:
         if not (1 <= width <= 8192 and 1 <= height <= 8192):
             raise ValueError(f"frame size {width}x{height} is outside 1..8192")
-        count = max(1, min(bands or DEFAULT_BANDS, height))
-        edges = [round(height * i / count) for i in range(count + 1)]
-        self._bands = [(edges[i], edges[i + 1]) for i in range(count)]
+        self._bands = split_rows(height, bands)
         self.width = width
         self.height = height
         self.set_scene(scene)
@@ -122,19 +102,15 @@ class CpuRenderer:
         )  # fmt: skip
         view = _view(camera, self.width, self.height, p.floor)
 
-        def shade(rows: tuple[int, int]) -> None:
+        def shade(start: int, stop: int) -> None:
             _shade(
                 self._ids, self._planes, p.triangles, p.material_ids, p.materials, view,
                 p.light, p.shadow_matrix, p.shadow_tiles, p.shadow_coarse, p.lut, self._row_lo,
-                self._row_hi, self._frame, rows[0], rows[1],
+                self._row_hi, self._frame, start, stop,
             )  # fmt: skip
 
-        # the shading pass (three quarters of a frame) in bands of rows on the shared pool,
-        # the first on this thread: the kernels release the GIL
-        others = [_band_pool().submit(shade, band) for band in self._bands[1:]]
-        shade(self._bands[0])
-        for future in others:
-            future.result()
+        # the shading pass (three quarters of a frame) in bands of rows at once
+        run_in_bands(shade, self._bands)
         return self._frame
 
 
