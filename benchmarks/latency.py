@@ -23,12 +23,10 @@ import contextlib
 import fractions
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from render_server.measure.browser import measure_in_chromium
 from render_server.measure.client import measure_latency
 from render_server.measure.frames import h264_keyframe_nal
+from render_server.measure.local_server import local_server
 from render_server.worker.timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "client"
@@ -290,39 +289,12 @@ def bare_sender(width: int, height: int, fps: float) -> Iterator[str]:
 @contextlib.contextmanager
 def our_server(width: int, height: int, fps: float, log_dir: Path) -> Iterator[str]:
     """`render-server serve` with the CPU renderer and libx264, as a user runs it."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [
-        sys.executable, "-m", "render_server", "serve", "--port", str(port),
-        "--resolution", f"{width}x{height}", "--fps", str(fps),
-        "--renderer", "cpu", "--encoder", "x264", "--max-resolution", f"{width}x{height}",
-    ]  # fmt: skip
-    log_path = log_dir / f"serve-{width}x{height}.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited: {log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(log_path.read_text()) from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    size = f"{width}x{height}"
+    with local_server(
+        "--resolution", size, "--fps", str(fps), "--renderer", "cpu", "--encoder", "x264",
+        "--max-resolution", size, log_path=log_dir / f"serve-{size}.log",
+    ) as server:  # fmt: skip
+        yield server.url
 
 
 # -- measuring ------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ import multiprocessing as mp
 import os
 import resource
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,16 +46,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
+from render_server.measure.local_server import local_server  # noqa: E402
+
 ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,29 +63,8 @@ def cpu_seconds(pid: int) -> float:
 @contextlib.contextmanager
 def serve(*args: str, log: Path, timeout: float = 300.0) -> Iterator[tuple[str, int, list[str]]]:
     """`render-server serve` on a free port; (url, pid, command)."""
-    port = free_port()
-    command = [PY, "-m", "render_server", "serve", "--port", str(port), *args]
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"server exited: {log.read_text()[-2000:]}")
-                with contextlib.suppress(OSError):
-                    with urllib.request.urlopen(url + "/healthz", timeout=1):
-                        break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"server not up in {timeout}s")
-                time.sleep(0.3)
-            yield url, process.pid, command
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with local_server(*args, log_path=log, timeout=timeout, env=ENV, cwd=ROOT) as server:
+        yield server.url, server.process.pid, server.command
 
 
 def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any], float, str]:

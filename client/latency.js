@@ -8,7 +8,6 @@
 
 /** The stages, in order: input's first, then a frame's from its start to the glass. */
 export const STAGES = Object.freeze(['input', 'wait', 'render', 'encode', 'send', 'network', 'jitterBuffer', 'decode', 'display']);
-const FRAME_STAGES = STAGES.slice(2);
 const CLOCK_SAMPLES = 20;
 const KEEP_FRAMES = 600;  // breakdowns kept for the percentiles (20 s at 30 fps)
 const RECORD_WAIT_MS = 2000;  // a displayed frame waits this long for its record
@@ -162,5 +161,3 @@ export class LatencyMeter {
     };
   }
 }
-
-export { FRAME_STAGES };

@@ -155,8 +155,6 @@ class StreamProbe:
         self._frames: dict[int, float] = {}  # rtp → last packet in, waiting for their record
         self._pairs: list[tuple[float, float]] = []  # (worker r0, client last-packet ms)
         self._recent: list[float] = []  # latencies since the last progress snapshot
-        self._pings: dict[int, float] = {}
-        self._ping_id = 0
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -431,10 +429,7 @@ class StreamProbe:
         if kind == "timing":
             self._on_timing(message)
         elif kind == "pong":
-            ping_id, worker = message.get("id"), message.get("w")
-            sent = self._pings.pop(ping_id, None) if isinstance(ping_id, int) else None
-            if sent is not None and isinstance(worker, int | float):
-                self.clock.add(sent, float(worker), received)
+            self.clock.pong(message, received)
         elif kind == "quality":
             if self.result.quality_requested:  # the answer to ours (else the greeting on open)
                 self.result.quality_applied = {
@@ -452,12 +447,7 @@ class StreamProbe:
             channel.send(json.dumps(message))
 
     def _ping(self) -> None:
-        self._ping_id += 1
-        sent = now_ms()
-        self._pings[self._ping_id] = sent
-        if len(self._pings) > 64:
-            del self._pings[next(iter(self._pings))]
-        self._send({"type": "ping", "id": self._ping_id, "t": sent})
+        self._send(self.clock.ping(now_ms()))
 
     async def _ping_burst(self) -> None:
         for _ in range(PING_BURST):

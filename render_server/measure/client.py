@@ -62,8 +62,6 @@ class LatencyClient:
         self._tasks: list[asyncio.Task[None]] = []
         self._channel_open = asyncio.Event()
         self._first_frame = asyncio.Event()
-        self._pings: dict[int, float] = {}
-        self._ping_id = 0
         self._seq = 0
 
     # -- the session -----------------------------------------------------------------------
@@ -147,10 +145,7 @@ class LatencyClient:
         self.channel.send(json.dumps(message))
 
     def ping(self) -> None:
-        self._ping_id += 1
-        sent = now_ms()
-        self._pings[self._ping_id] = sent
-        self.send({"type": "ping", "id": self._ping_id, "t": sent})
+        self.send(self.matcher.clock.ping(now_ms()))
 
     async def _ping_burst(self) -> None:
         for _ in range(PING_BURST):
@@ -211,10 +206,7 @@ class LatencyClient:
         if kind == "timing":
             self.matcher.add_timing(message)
         elif kind == "pong":
-            ping_id, worker = message.get("id"), message.get("w")
-            sent = self._pings.pop(ping_id, None) if isinstance(ping_id, int) else None
-            if sent is not None and isinstance(worker, int | float):
-                self.matcher.clock.add(sent, float(worker), received)
+            self.matcher.clock.pong(message, received)
         elif kind == "error":
             self.errors.append(message)
 

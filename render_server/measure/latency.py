@@ -105,12 +105,35 @@ class ClockSample:
         return self.worker_ms - (self.sent_ms + self.received_ms) / 2
 
 
+MAX_PENDING_PINGS = 64
+
+
 class ClockOffset:
     """Worker clock − client clock, from the ping/pong with the smallest round trip among the
     last `window`: the one least delayed on either leg, so the least skewed."""
 
     def __init__(self, window: int = 20) -> None:
         self.samples: deque[ClockSample] = deque(maxlen=window)
+        self._pending: dict[int, float] = {}  # ping id → when it left
+        self._next_id = 0
+
+    def ping(self, now_ms: float) -> dict[str, Any]:
+        """The next `ping` message for the data channel, remembered until its pong."""
+        self._next_id += 1
+        self._pending[self._next_id] = now_ms
+        if len(self._pending) > MAX_PENDING_PINGS:  # pongs that never came
+            del self._pending[next(iter(self._pending))]
+        return {"type": "ping", "id": self._next_id, "t": now_ms}
+
+    def pong(self, message: dict[str, Any], received_ms: float) -> bool:
+        """Take the worker's `pong` (received at `received_ms`); False if it answers no ping
+        of ours."""
+        ping_id, worker = message.get("id"), message.get("w")
+        sent = self._pending.pop(ping_id, None) if isinstance(ping_id, int) else None
+        if sent is None or isinstance(worker, bool) or not isinstance(worker, int | float):
+            return False
+        self.add(sent, float(worker), received_ms)
+        return True
 
     def add(self, sent_ms: float, worker_ms: float, received_ms: float) -> None:
         if received_ms < sent_ms:

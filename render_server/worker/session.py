@@ -110,6 +110,11 @@ class StreamSession:
         self.idle_fps = idle_fps
         self.playout_delay = playout_delay
         self.timing = FrameTimingLog()
+        # looked up once: every frame observes four of them
+        self._stage_histograms = {
+            stage: metrics.frame_stage_seconds.labels(stage)
+            for stage in ("wait", "render", "encode", "handoff", "send")
+        }
         self._format_errors_seen = 0
         self._input_seq = -1  # the newest steering input applied, and when it arrived
         self._input_ms: float | None = None
@@ -266,12 +271,12 @@ class StreamSession:
             )
         )  # fmt: skip
         self._busy_s += (handed_ms - last.start_ms) / 1e3
-        stages = self.metrics.frame_stage_seconds
-        stages.labels("render").observe((last.rendered_ms - last.start_ms) / 1e3)
-        stages.labels("encode").observe((last.encoded_ms - last.rendered_ms) / 1e3)
-        stages.labels("handoff").observe((handed_ms - last.encoded_ms) / 1e3)
+        stages = self._stage_histograms
+        stages["render"].observe((last.rendered_ms - last.start_ms) / 1e3)
+        stages["encode"].observe((last.encoded_ms - last.rendered_ms) / 1e3)
+        stages["handoff"].observe((handed_ms - last.encoded_ms) / 1e3)
         if input_ms is not None:
-            stages.labels("wait").observe((last.start_ms - input_ms) / 1e3)
+            stages["wait"].observe((last.start_ms - input_ms) / 1e3)
         self.frames += 1
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
@@ -425,7 +430,7 @@ class StreamSession:
             records = self.timing.drain()
             if not records:
                 continue
-            send = self.metrics.frame_stage_seconds.labels("send")
+            send = self._stage_histograms["send"]
             for record in records:
                 assert record.sent_ms is not None
                 send.observe((record.sent_ms - record.handed_ms) / 1e3)
