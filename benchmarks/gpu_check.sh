@@ -59,7 +59,8 @@ python3 -m render_server doctor --seconds 0 --json > "$out/doctor.json" || statu
 step "GPU tests (marked gpu; they fail rather than pass on the CPU) and the kernel tests"
 python3 -m pytest -p no:cacheprovider -q -rs \
     tests/test_cuda_gpu.py tests/test_nvenc_gpu.py tests/test_cuda_kernels.py tests/test_backends.py \
-    tests/test_nvenc_options.py tests/test_render.py || status=1
+    tests/test_nvenc_options.py tests/test_render.py tests/test_device_frames.py \
+    tests/test_dlpack.py || status=1
 
 step "CUDA renderer timings (>= 200 frames per figure)"
 python3 benchmarks/cuda_render.py --frames 200 || status=1

@@ -10,7 +10,9 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import ConfigError
+import av
+
+from .config import ConfigError, NvencInput
 from .gpu import CudaStatus, GpuDevice, NvencStatus, probe_cuda, probe_nvenc
 
 log = logging.getLogger(__name__)
@@ -31,11 +33,28 @@ class Backends:
     encoder_reason: str
     encoder_requested: EncoderRequest = "auto"
     gpu: GpuDevice | None = None
+    # CUDA renderer + NVENC: whether NVENC reads the frames in GPU memory or a host copy
+    nvenc_input: NvencInput = "host"
+
+    @property
+    def device_frames(self) -> bool:
+        """Frames stay in GPU memory from the renderer to NVENC."""
+        return self.renderer == "cuda" and self.encoder == "nvenc" and self.nvenc_input == "device"
 
     @property
     def pix_fmt(self) -> str:
-        """The encoder's input format: NVENC reads NV12, libx264 planar 4:2:0."""
+        """The encoder's input format: CUDA frames, else NVENC reads NV12 and libx264 planar
+        4:2:0 from host memory."""
+        if self.device_frames:
+            return "cuda"
         return "nv12" if self.encoder == "nvenc" else "yuv420p"
+
+
+def device_frames_supported() -> str | None:
+    """None where this PyAV can wrap GPU memory in a frame, else why not."""
+    if not hasattr(av.VideoFrame, "from_dlpack"):
+        return f"PyAV {av.__version__} cannot take frames in GPU memory (PyAV >= 18 can)"
+    return None
 
 
 def choose_backends(
@@ -43,8 +62,14 @@ def choose_backends(
     encoder: EncoderRequest,
     cuda: CudaStatus | None = None,
     nvenc: NvencStatus | None = None,
+    nvenc_input: NvencInput = "device",
 ) -> Backends:
-    """Resolve the requests against what this machine offers (probing what is not given)."""
+    """Resolve the requests against what this machine offers (probing what is not given).
+
+    `nvenc_input` "device" keeps the CUDA renderer's frames in GPU memory for NVENC where this
+    PyAV can (whether NVENC opens on them is known only when the worker warms up, which falls
+    back to "host" with a log line where it does not).
+    """
     if encoder == "replay":
         # load tests: a clip rendered once on the CPU and sent in a loop; no GPU involved
         return Backends(
@@ -78,4 +103,14 @@ def choose_backends(
         else:
             encoder_used, encoder_reason = "x264", f"no NVENC: {nvenc.reason}"
             log.warning("backend.fallback", extra={"stage": "encoder", "reason": encoder_reason})
-    return Backends(renderer_used, encoder_used, renderer_reason, encoder_reason, encoder, gpu)
+    nvenc_input_used: NvencInput = "host"
+    if renderer_used == "cuda" and encoder_used == "nvenc" and nvenc_input == "device":
+        unsupported = device_frames_supported()
+        if unsupported is None:
+            nvenc_input_used = "device"
+        else:
+            log.warning("backend.fallback", extra={"stage": "nvenc_input", "reason": unsupported})
+    return Backends(
+        renderer_used, encoder_used, renderer_reason, encoder_reason, encoder, gpu,
+        nvenc_input_used,
+    )  # fmt: skip

@@ -129,11 +129,26 @@ def _copy(frame: av.VideoFrame) -> av.VideoFrame:
 def bench_pipeline(
     scene: Scene, backends: Backends, resolution: Resolution, seconds: float
 ) -> Measurement:
-    """The whole server-side frame path of one session: picture, encode; camera always moving."""
-    enc = make_encoder(backends.encoder, resolution, 60.0)
-    pipeline = FramePipeline(
-        make_pictures(scene, backends.renderer, resolution, enc.pix_fmt), enc, 1.0
-    )
+    """The whole server-side frame path of one session: picture, encode; camera always moving.
+
+    CUDA + NVENC runs with the frames in GPU memory where `backends.device_frames`, else
+    through a copy in host memory.
+    """
+    if backends.device_frames:
+        pictures: PictureSource = make_pictures(scene, "cuda", resolution, "cuda")
+        assert isinstance(pictures, CudaPictures)
+        try:
+            enc: Encoder = create_nvenc_encoder(
+                "h264", resolution, 60.0, default_bitrate(resolution, 60.0), pix_fmt="cuda",
+                prime=pictures.blank(),
+            )  # fmt: skip
+        except BaseException:
+            pictures.close()
+            raise
+    else:
+        enc = make_encoder(backends.encoder, resolution, 60.0)
+        pictures = make_pictures(scene, backends.renderer, resolution, enc.pix_fmt)
+    pipeline = FramePipeline(pictures, enc, 1.0)
     camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
 
     def step(i: int) -> dict[str, float]:
@@ -146,4 +161,6 @@ def bench_pipeline(
     finally:
         pipeline.close()
     what = f"pipeline {backends.renderer}+{backends.encoder}"
+    if backends.renderer == "cuda" and backends.encoder == "nvenc":
+        what += " (device frames)" if backends.device_frames else " (host frames)"
     return Measurement(what, str(resolution), frames, fps, stages)

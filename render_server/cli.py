@@ -12,6 +12,7 @@ from typing import Any
 from . import __version__, logs
 from .config import (
     ENCODERS,
+    NVENC_INPUTS,
     NVENC_PRESETS,
     RENDERERS,
     ConfigError,
@@ -87,6 +88,12 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--nvenc-preset", choices=NVENC_PRESETS, default=_env("nvenc_preset", "p1"),
         help="NVENC speed/quality preset, p1 fastest (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--nvenc-input", choices=NVENC_INPUTS, default=_env("nvenc_input", "device"),
+        help="CUDA renderer + NVENC: device: NVENC reads the frames where they were drawn, in "
+        "GPU memory (PyAV >= 18); host: a copy in pinned host memory, uploaded again by FFmpeg "
+        "(%(default)s; device falls back to host where it does not open)",
     )  # fmt: skip
     g.add_argument(
         "--intra-refresh", action="store_true", default=_flag("intra_refresh"),
@@ -204,6 +211,7 @@ def _stream_config(args: argparse.Namespace) -> StreamConfig:
         encoder=args.encoder,
         nvenc_preset=args.nvenc_preset,
         intra_refresh=args.intra_refresh,
+        nvenc_input=args.nvenc_input,
         animate=args.animate,
         connect_timeout_s=args.connect_timeout,
         idle_timeout_s=args.idle_timeout or None,
@@ -437,8 +445,15 @@ def _bench(args: argparse.Namespace) -> int:
     pairs |= {(auto.renderer, "x264"), ("cpu", auto.encoder)}
     scene = default_scene()
     results = []
+    variants = []
     for renderer, encoder in sorted(pairs):
-        backends = Backends(renderer, encoder, "bench", "bench", encoder, auto.gpu)
+        for nvenc_input in (
+            ("host", "device") if (renderer, encoder) == ("cuda", "nvenc") else ("host",)
+        ):
+            variants.append(
+                Backends(renderer, encoder, "bench", "bench", encoder, auto.gpu, nvenc_input)
+            )
+    for backends in variants:
         for resolution in resolutions:
             measured = bench_pipeline(scene, backends, resolution, args.seconds).as_dict()
             results.append(measured)

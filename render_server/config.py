@@ -17,6 +17,8 @@ EncoderName = Literal["auto", "nvenc", "x264", "replay"]
 RENDERERS: tuple[RendererName, ...] = ("auto", "cuda", "cpu")
 ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264", "replay")
 NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
+NvencInput = Literal["device", "host"]
+NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 
 # H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
 MIN_SIDE, MAX_WIDTH, MAX_HEIGHT = 64, 7680, 4320
@@ -93,6 +95,9 @@ class StreamConfig:
     encoder: EncoderName = "auto"
     nvenc_preset: str = "p1"
     intra_refresh: bool = False  # NVENC: refresh in stripes instead of whole IDRs
+    # CUDA renderer + NVENC: NVENC reads the frames in GPU memory ("device"), or from a copy in
+    # pinned host memory that FFmpeg uploads again ("host")
+    nvenc_input: NvencInput = "device"
     animate: bool = False
     keyframe_min_interval_s: float = 0.25
     connect_timeout_s: float = 20.0  # session start → media connected, or the slot is freed
@@ -137,6 +142,8 @@ class StreamConfig:
             raise ConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
         if self.nvenc_preset not in NVENC_PRESETS:
             raise ConfigError(f"NVENC preset {self.nvenc_preset!r} is not one of p1..p7")
+        if self.nvenc_input not in NVENC_INPUTS:
+            raise ConfigError(f"NVENC input {self.nvenc_input!r} is not device or host")
 
     @property
     def target_bitrate(self) -> int:

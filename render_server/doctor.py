@@ -11,7 +11,7 @@ import av
 import numpy as np
 
 from . import __version__
-from .backends import choose_backends
+from .backends import Backends, choose_backends, device_frames_supported
 from .bench import bench_encoder, bench_renderer
 from .config import Resolution
 from .encode.nvenc import NVENC_CODECS
@@ -31,6 +31,36 @@ def probe_x264() -> dict[str, Any]:
         return {"available": False, "reason": str(exc)}
     ok = packet is not None
     return {"available": ok, "reason": "ok" if ok else "libx264 produced no packet"}
+
+
+def probe_device_frames(auto: Backends) -> dict[str, Any]:
+    """Whether NVENC takes the CUDA renderer's frames in GPU memory: tried for real, by
+    opening an encoder on one and encoding a frame, where both are there."""
+    unsupported = device_frames_supported()
+    if unsupported is not None:
+        return {"available": False, "reason": unsupported}
+    if auto.renderer != "cuda" or auto.encoder != "nvenc":
+        missing = "no CUDA renderer" if auto.renderer != "cuda" else "no NVENC"
+        return {"available": False, "reason": f"{missing}: frames go through host memory"}
+    from .encode.nvenc import create_nvenc_encoder
+    from .render.camera import OrbitCamera
+    from .render.cuda import CudaRenderer
+
+    scene = default_scene()
+    try:
+        with CudaRenderer(scene, 256, 256) as renderer:
+            encoder = create_nvenc_encoder(
+                "h264", Resolution(256, 256), 30.0, 1_000_000, pix_fmt="cuda",
+                prime=renderer.blank_device_frame(),
+            )  # fmt: skip
+            camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
+            packet = encoder.encode(renderer.render_device_frame(camera), pts=0)
+            encoder.close()
+    except Exception as exc:
+        return {"available": False, "reason": f"NVENC did not take a CUDA frame: {exc}"}
+    if packet is None or not packet.is_keyframe:
+        return {"available": False, "reason": "NVENC gave no IDR for a CUDA frame"}
+    return {"available": True, "reason": "NVENC encoded a frame read in GPU memory"}
 
 
 def diagnose(seconds: float = 3.0) -> dict[str, Any]:
@@ -54,6 +84,7 @@ def diagnose(seconds: float = 3.0) -> dict[str, Any]:
             "encoder": auto.encoder,
             "encoder_reason": auto.encoder_reason,
         },
+        "device_frames": probe_device_frames(auto),
         "benchmarks": [],
     }
     for status in report["nvenc"].values():
@@ -108,6 +139,9 @@ def format_report(report: dict[str, Any]) -> str:
         f"auto renderer: {auto['renderer']} ({auto['renderer_reason']})",
         f"auto encoder:  {auto['encoder']} ({auto['encoder_reason']})",
     ]
+    device = report["device_frames"]
+    frames = "in GPU memory" if device["available"] else "through host memory"
+    lines.append(f"NVENC input:   {frames} ({device['reason']})")
     if report["benchmarks"]:
         lines += ["", f"benchmarks at {BENCH_RESOLUTION} (median ms per frame, moving camera):"]
         for b in report["benchmarks"]:

@@ -85,7 +85,10 @@ async def build_app(
     if config.embedded_worker:
         scene = scene if scene is not None else load_configured_scene(config)
         if backends is None:
-            backends = choose_backends(config.stream.renderer, config.stream.encoder)
+            stream = config.stream
+            backends = choose_backends(
+                stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input
+            )
     ctx = await build_context(config, metrics)
     app = create_app(ctx)
     if config.embedded_worker:
@@ -137,7 +140,8 @@ async def run_worker(config: WorkerConfig) -> None:
     from .worker.agent import WorkerAgent
 
     scene = load_configured_scene(config)
-    backends = choose_backends(config.stream.renderer, config.stream.encoder)
+    stream = config.stream
+    backends = choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
     worker_id = config.worker_id or default_id("worker")
     token = config.token
     if token is None and (config.secret or config.key_file):

@@ -57,6 +57,8 @@ def test_doctor_json_says_what_auto_picks_and_why(no_pycuda: dict[str, str]) -> 
     assert set(report["nvenc"]) == {"h264", "hevc", "av1"}
     assert all(not s["available"] and s["reason"] for s in report["nvenc"].values())
     assert report["libx264"]["available"] is True
+    assert report["device_frames"]["available"] is False
+    assert "no CUDA renderer" in report["device_frames"]["reason"]
     measured = {b["what"]: b for b in report["benchmarks"]}
     assert measured["renderer cpu"]["fps"] > 0 and measured["renderer cpu"]["frames"] >= 5
     assert measured["encoder x264 (libx264)"]["stages_ms"]["encode"] > 0

@@ -109,3 +109,34 @@ def test_a_million_triangles_at_4k(
         print(f"\n1,003,522 triangles at 3840x2160, {len(samples)} frames, median ms per stage:")
         for stage in samples[0]:
             print(f"  {stage:9s} {np.median([s[stage] for s in samples]):8.3f}")
+
+
+def test_a_device_frame_is_a_cuda_frame_with_the_copied_pixels(
+    world: Scene, cuda_renderer: CudaRenderer
+) -> None:
+    """The frame NVENC would read in place: format cuda over our device buffer; PyAV's own
+    download of it gives the same planes as the renderer's copy to pinned memory."""
+    camera = cameras(world)["close"]
+    copied = cuda_renderer.render_frame(camera, "nv12").to_ndarray().copy()
+    frame = cuda_renderer.render_device_frame(camera)
+    assert frame.format.name == "cuda"
+    assert frame.sw_format is not None and frame.sw_format.name == "nv12"
+    assert (frame.width, frame.height) == (WIDTH, HEIGHT)
+    assert cuda_renderer.last_timings["copy"] < 0.05  # no device → host copy on this path
+    assert np.array_equal(frame.to_ndarray(), copied)
+
+
+def test_renderers_share_the_primary_context(world: Scene, cuda_renderer: CudaRenderer) -> None:
+    import pycuda.driver as cuda
+
+    with gpu_renderer(world, 320, 180) as other:
+        ours, theirs = cuda_renderer._backend, other._backend
+        assert isinstance(ours, PyCudaBackend) and isinstance(theirs, PyCudaBackend)
+        with ours.active():
+            current = cuda.Context.get_current()
+            primary = cuda.Device(0).retain_primary_context()
+            try:
+                assert current.handle == primary.handle
+            finally:
+                primary.detach()
+        assert ours._context.handle == theirs._context.handle

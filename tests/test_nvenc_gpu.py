@@ -62,3 +62,32 @@ def test_nvenc_follows_a_bitrate_change(nvenc_ready: None) -> None:
     before, after = np.mean(sizes[5:20]), np.mean(sizes[22:])
     print(f"NVENC bytes per frame: {before:.0f} at 8 Mbit/s, {after:.0f} at 1 Mbit/s")
     assert after < 0.3 * before
+
+
+def test_nvenc_reads_the_renderers_device_frames(nvenc_ready: None) -> None:
+    """The zero-copy path: CUDA frames from the renderer's device memory straight into NVENC;
+    what decodes matches the frames copied to the host."""
+    from render_server.render import OrbitCamera, default_scene
+    from render_server.render.cuda import CudaRenderer, CudaUnavailable
+
+    scene = default_scene()
+    try:
+        renderer = CudaRenderer(scene, RES.width, RES.height)
+    except CudaUnavailable as exc:
+        pytest.skip(f"no CUDA renderer here: {exc}")
+    with renderer:
+        encoder = create_nvenc_encoder(
+            "h264", RES, 30.0, 20_000_000, pix_fmt="cuda", prime=renderer.blank_device_frame()
+        )
+        assert encoder.pix_fmt == "cuda"
+        decoder = av.CodecContext.create("h264", "r")
+        camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
+        for i in range(12):
+            camera.orbit(0.05, 0.0)
+            expected = renderer.render_frame(camera, "nv12").to_ndarray().copy()
+            packet = encoder.encode(renderer.render_device_frame(camera), pts=i * 3000)
+            assert packet is not None, "delay 0: one access unit per frame"
+            assert packet.is_keyframe == (i == 0)  # the primed picture is never referenced
+            (decoded,) = decoder.decode(av.Packet(bytes(packet)))
+            db = psnr(decoded.reformat(format="nv12").to_ndarray(), expected)
+            assert db >= 35.0, (i, db)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+import av
+
 from ..config import Resolution
 from .pyav_encoder import PyavVideoEncoder
 
@@ -47,8 +49,14 @@ def create_nvenc_encoder(
     pix_fmt: str = "nv12",
     preset: str = "p1",
     intra_refresh: bool = False,
+    prime: av.VideoFrame | None = None,
 ) -> PyavVideoEncoder:
-    """An NVENC encoder; raises av.error.FFmpegError (or OSError) where NVENC cannot open."""
+    """An NVENC encoder; raises av.error.FFmpegError (or OSError) where NVENC cannot open.
+
+    `pix_fmt` "nv12" or "yuv420p" takes host frames (FFmpeg uploads them to the GPU);
+    "cuda" takes frames in GPU memory, read in place, and opens on `prime`, one such frame
+    (see `PyavVideoEncoder`).
+    """
     codec_name, rtp_codec = NVENC_CODECS[codec]
     return PyavVideoEncoder(
         codec_name,
@@ -61,4 +69,5 @@ def create_nvenc_encoder(
         pix_fmt=pix_fmt,
         gop_size=ENDLESS_GOP,
         vbv_frames=1.0,  # one frame of rate buffer: each frame fits in one frame interval
+        prime=prime,
     )

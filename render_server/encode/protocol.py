@@ -14,7 +14,7 @@ class Encoder(Protocol):
     codec_name: str  # the FFmpeg encoder, e.g. "libx264", "h264_nvenc"
     width: int
     height: int
-    pix_fmt: str  # what `encode` expects: "yuv420p", "nv12"
+    pix_fmt: str  # what `encode` expects: "yuv420p", "nv12", or "cuda" (frames in GPU memory)
 
     @property
     def bitrate(self) -> int:

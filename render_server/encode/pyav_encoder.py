@@ -16,6 +16,12 @@ class PyavVideoEncoder:
     The rate buffer (VBV) is given in frames and set through the generic `maxrate`/`bufsize`
     options: libx264 re-reads them from the codec context on every frame, so VBV settings in
     `x264-params` would be silently reset to none.
+
+    `pix_fmt="cuda"` takes frames in GPU memory (NVENC only). Such an encoder needs the frames
+    context a CUDA frame carries before it can open, and PyAV adopts it from the first frame
+    it encodes: the encoder opens by encoding `prime` (a device frame of the right size, whose
+    packet is dropped) and makes its next frame an IDR, so that opening still fails here, at
+    construction, where the caller can fall back.
     """
 
     def __init__(
@@ -30,6 +36,7 @@ class PyavVideoEncoder:
         pix_fmt: str = "yuv420p",
         gop_size: int | None = None,
         vbv_frames: float = 3.0,
+        prime: av.VideoFrame | None = None,
     ) -> None:
         self.codec = rtp_codec
         self.codec_name = codec_name
@@ -50,7 +57,18 @@ class PyavVideoEncoder:
             ctx.gop_size = gop_size
         bufsize = max(1000, int(bitrate * vbv_frames / fps))
         ctx.options = {**options, "maxrate": str(bitrate), "bufsize": str(bufsize)}
-        ctx.open()
+        self._idr_next = False
+        if pix_fmt == "cuda":
+            if prime is None or prime.format.name != "cuda":
+                raise ValueError("an encoder of CUDA frames opens on a CUDA frame (prime)")
+            if (prime.width, prime.height) != (width, height):
+                raise ValueError(f"prime is {prime.width}x{prime.height}, not {width}x{height}")
+            prime.pts = 0
+            prime.time_base = VIDEO_TIME_BASE
+            ctx.encode(prime)  # adopts the frame's hw_frames_ctx, then opens
+            self._idr_next = True  # the decoder never sees the primed picture
+        else:
+            ctx.open()
         self._ctx: av.VideoCodecContext | None = ctx
 
     @property
@@ -77,6 +95,7 @@ class PyavVideoEncoder:
             raise RuntimeError("the encoder is closed")
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
+        keyframe, self._idr_next = keyframe or self._idr_next, False
         # with forced-idr, an I picture type makes the encoder emit an IDR with SPS/PPS
         frame.pict_type = PictureType.I if keyframe else PictureType.NONE
         packets = self._ctx.encode(frame)

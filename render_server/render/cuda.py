@@ -10,8 +10,10 @@ A frame is one launch sequence on one stream:
                second setup when a list overflowed)
     raster     raster_small (a thread per small job), raster_large (a block per band of rows)
     shade      one thread per pixel → RGB8 in device memory
-    convert    RGB → NV12 or yuv420p on the GPU (`render_frame` only)
+    convert    RGB → NV12 or yuv420p on the GPU (`render_frame`, `render_device_frame`)
     copy       one device → pinned host copy: the RGB frame (`render`) or the 4:2:0 planes
+               (`render_frame`); none for `render_device_frame`, whose NV12 planes stay in
+               device memory for NVENC to read in place (a CUDA `av.VideoFrame` over DLPack)
 
 `LaunchSequence` holds that sequence and its buffers over a small `Backend` interface:
 `CudaRenderer` runs it on the GPU through pycuda; `cuda_emulation.EmulatedCudaRenderer` runs
@@ -32,6 +34,7 @@ from typing import Any, Protocol, Self
 import av
 import numpy as np
 
+from .. import dlpack
 from . import cpu
 from .camera import OrbitCamera
 from .scene import Scene
@@ -50,6 +53,9 @@ JOB_BYTES = 32  # 8 int32: triangle, three fixed-point corners, rows (raster.cu 
 PLANE_WIDTH = 10  # raster.cu PLANE_WIDTH, cpu.py's planes[t, 0:10]
 DEPTH_WIDTH = 3
 MAX_JOBS = 1 << 27  # 4 GiB of jobs: a scene past this is refused rather than allocated
+# NV12 frames left in device memory, used in turn: the encoder may still hold the frame before
+# last (a still camera re-encodes the last picture) while the next one is drawn
+DEVICE_FRAMES = 3
 
 
 class CudaUnavailable(RuntimeError):
@@ -120,9 +126,16 @@ def check_size(width: int, height: int) -> None:
 class Backend(Protocol):
     """Device memory, transfers and launches on one stream; addresses are plain ints."""
 
+    # where `alloc`'s memory lives, as DLPack names it: (dlpack.KDL_CUDA, ordinal) on a GPU
+    dlpack_device: tuple[int, int]
+
     def alloc(self, nbytes: int) -> int: ...
 
     def free(self, address: int) -> None: ...
+
+    def owner(self, address: int) -> object:
+        """The object that holds the allocation at `address` (kept alive by exports)."""
+        ...
 
     def pinned(self, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray: ...
 
@@ -187,6 +200,8 @@ class LaunchSequence:
         if width % 2 == 0 and height % 2 == 0:
             self._yuv = backend.alloc(pixels * 3 // 2)
             self._yuv_host = backend.pinned((height * 3 // 2, width), np.uint8)
+        self._device_frames: list[int] = []  # allocated at the first device frame
+        self._next_device_frame = 0
         backend.synchronize()
 
     def _table(self, array: np.ndarray, dtype: type[np.generic]) -> int:
@@ -213,6 +228,35 @@ class LaunchSequence:
             raise ValueError(f"unknown output {output!r}")
         if output != "rgb" and not self._yuv:
             raise ValueError(f"4:2:0 needs even sides, got {self.width}x{self.height}")
+        return self._draw(vp, view, output, None)
+
+    def draw_on_device(self, vp: np.ndarray, view: np.ndarray) -> int:
+        """One frame as NV12 left in device memory: the address of its Y plane, which the
+        UV plane follows (`width` bytes a row both). The buffer is one of `DEVICE_FRAMES`
+        used in turn; the stream is synchronized, so the planes are complete on return."""
+        if not self._yuv:
+            raise ValueError(f"4:2:0 needs even sides, got {self.width}x{self.height}")
+        address = self.device_frame()
+        self._draw(vp, view, "nv12", address)
+        self._next_device_frame = (self._next_device_frame + 1) % DEVICE_FRAMES
+        return address
+
+    def device_frame(self) -> int:
+        """The device NV12 buffer the next `draw_on_device` writes (zeros before its first
+        use: a valid picture to open an encoder with)."""
+        if not self._device_frames:
+            nbytes = self.width * self.height * 3 // 2
+            zeros = np.zeros(nbytes, np.uint8)  # device memory starts undefined
+            for _ in range(DEVICE_FRAMES):
+                address = self.backend.alloc(nbytes)
+                self.backend.upload(address, zeros)
+                self._device_frames.append(address)
+            self.backend.synchronize()  # `zeros` is pageable and temporary
+        return self._device_frames[self._next_device_frame]
+
+    def _draw(
+        self, vp: np.ndarray, view: np.ndarray, output: str, device_target: int | None
+    ) -> np.ndarray:
         b = self.backend
         marks = {"start": b.record()}
         self._visible(vp, view, marks)
@@ -231,11 +275,13 @@ class LaunchSequence:
         else:
             blocks = (self.width // 2) * (self.height // 2)
             kernel = KERNELS["rgb_to_nv12" if output == "nv12" else "rgb_to_yuv420p"]
-            b.launch(kernel, blocks, [self._rgb, self.width, self.height, self._yuv])
+            out = self._yuv if device_target is None else device_target
+            b.launch(kernel, blocks, [self._rgb, self.width, self.height, out])
             marks["convert"] = b.record()
             target = self._yuv_host
-            b.download(target, self._yuv)
-        marks["copy"] = b.record()
+            if device_target is None:
+                b.download(target, self._yuv)
+        marks["copy"] = b.record()  # no copy for a device frame: a zero-length stage
         b.synchronize()
         self.timings = self._stages(marks)
         return target
@@ -332,6 +378,7 @@ class KernelRenderer:
         self.last_timings: dict[str, float] = {}
         self._backend = backend
         self._closed = False
+        self._cuda_context: Any = None  # PyAV's CudaContext, made at the first device frame
         with backend.active():
             self._pipeline = LaunchSequence(backend, scene, width, height)
 
@@ -362,6 +409,46 @@ class KernelRenderer:
             self.last_timings = self._pipeline.timings
         return av.VideoFrame.from_numpy_buffer(planes, format=pix_fmt)
 
+    def render_device_frame(self, camera: OrbitCamera) -> av.VideoFrame:
+        """The frame for `camera` as NV12 that stays where it was drawn: on a GPU, a CUDA
+        `av.VideoFrame` (format "cuda", sw_format nv12) over the renderer's device memory,
+        which NVENC reads in place; no copy to the host at all.
+
+        The frame's memory is one of `DEVICE_FRAMES` buffers used in turn: valid until that
+        many more device frames are drawn, and not after `close`.
+        """
+        with self._active():
+            vp, view = self._pipeline.constants(camera)
+            address = self._pipeline.draw_on_device(vp, view)
+            self.last_timings = self._pipeline.timings
+            return self._wrap_device_frame(address)
+
+    def blank_device_frame(self) -> av.VideoFrame:
+        """A device frame of this size without drawing (what the next `render_device_frame`
+        will overwrite): an encoder that takes device frames opens on it."""
+        with self._active():
+            return self._wrap_device_frame(self._pipeline.device_frame())
+
+    def _wrap_device_frame(self, address: int) -> av.VideoFrame:
+        if not hasattr(av.VideoFrame, "from_dlpack"):
+            raise RuntimeError(f"PyAV {av.__version__} cannot wrap device memory: PyAV ≥ 18")
+        w, h = self.width, self.height
+        device = self._backend.dlpack_device
+        owner = self._backend.owner(address)
+        y = dlpack.BufferView(address, (h, w), device, owner)
+        uv = dlpack.BufferView(address + w * h, (h // 2, w), device, owner)
+        if device[0] != dlpack.KDL_CUDA:  # the host emulation: an nv12 frame over host memory
+            return av.VideoFrame.from_dlpack((y, uv), format="nv12", width=w, height=h)
+        if self._cuda_context is None:
+            from av.video.frame import CudaContext
+
+            # the device's primary context, which PyCudaBackend also runs in: NVENC registers
+            # our buffers in the context that allocated them
+            self._cuda_context = CudaContext(device_id=device[1], primary_ctx=True)
+        return av.VideoFrame.from_dlpack(
+            (y, uv), format="nv12", width=w, height=h, cuda_context=self._cuda_context
+        )
+
     def close(self) -> None:
         """Free the device and pinned memory; frames returned earlier become invalid."""
         if not self._closed:
@@ -385,10 +472,11 @@ class KernelRenderer:
 class CudaRenderer(KernelRenderer):
     """Draws `scene` at `width` × `height` on CUDA device `device`, as the CPU renderer does.
 
-    Raises `CudaUnavailable` when pycuda, the driver, the device or nvcc is missing. Makes its
-    own CUDA context and makes it current around each call, so any one thread at a time may
-    use the renderer. `last_timings` holds the milliseconds per stage of the last frame,
-    measured with CUDA events (see the module docstring for the stages).
+    Raises `CudaUnavailable` when pycuda, the driver, the device or nvcc is missing. Runs in the
+    device's primary CUDA context (shared with the worker's other renderers and with FFmpeg),
+    made current around each call, so any one thread at a time may use the renderer.
+    `last_timings` holds the milliseconds per stage of the last frame, measured with CUDA
+    events (see the module docstring for the stages).
     """
 
     def __init__(self, scene: Scene, width: int, height: int, device: int = 0) -> None:
@@ -402,7 +490,12 @@ class CudaRenderer(KernelRenderer):
 
 
 class PyCudaBackend:
-    """`Backend` on a CUDA device: its own context, one stream, kernels from SourceModule."""
+    """`Backend` on a CUDA device: its primary context, one stream, kernels from SourceModule.
+
+    The primary context is the one every library in the process shares by default (FFmpeg's
+    CUDA device with `primary_ctx`, CuPy, PyTorch): all renderers of a worker live in one
+    context per GPU instead of one each, and NVENC can read their buffers in place.
+    """
 
     def __init__(self, device: int = 0) -> None:
         if importlib.util.find_spec("pycuda") is None:
@@ -425,7 +518,9 @@ class PyCudaBackend:
             raise CudaUnavailable(f"no CUDA device {device}: the driver sees {count}")
         self._cuda = cuda
         self._device = cuda.Device(device)
-        self._context = self._device.make_context()  # made current: pop it before returning
+        self.dlpack_device = (dlpack.KDL_CUDA, device)
+        self._context = self._device.retain_primary_context()
+        self._context.push()  # pop it before returning
         self._allocations: dict[int, Any] = {}
         self._host: list[Any] = []
         try:
@@ -474,6 +569,9 @@ class PyCudaBackend:
 
     def free(self, address: int) -> None:
         self._allocations.pop(address).free()
+
+    def owner(self, address: int) -> object:
+        return self._allocations[address]
 
     def pinned(self, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
         array = self._cuda.pagelocked_empty(shape, dtype)

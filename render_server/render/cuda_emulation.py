@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import trimesh
 
+from .. import dlpack
 from .cuda import (
     COMMON_HEADER,
     KERNELS,
@@ -103,6 +104,8 @@ class HostBackend:
     stage timings are host times.
     """
 
+    dlpack_device = (dlpack.KDL_CPU, 0)
+
     def __init__(self) -> None:
         self._library = load_library()
         self._arrays: dict[int, np.ndarray] = {}
@@ -115,6 +118,9 @@ class HostBackend:
 
     def free(self, address: int) -> None:
         del self._arrays[address]
+
+    def owner(self, address: int) -> object:
+        return self._arrays[address]  # exported frames keep the array, so its memory, alive
 
     def pinned(self, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
         return np.zeros(shape, dtype)

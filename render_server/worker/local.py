@@ -53,6 +53,7 @@ class LocalWorker:
         self.ice_servers = ice_servers
         self.backends = backends or Backends("cpu", "x264", "default", "default", "x264")
         self.initial_camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
+        self._device_frames_opened = False  # NVENC has opened on frames in GPU memory here
 
     @property
     def capabilities(self) -> dict[str, Any]:
@@ -61,6 +62,8 @@ class LocalWorker:
             "renderer": self.backends.renderer,
             "encoder": self.backends.encoder,
             "encoders": sorted({self.backends.encoder, "x264"}),
+            # frames from the CUDA renderer to NVENC without leaving GPU memory
+            "gpu_frames": self.backends.device_frames,
             "codecs": ["H264"],
             "gpu": gpu.name if gpu else None,
             "gpu_memory_mib": gpu.memory_mib if gpu else None,
@@ -143,6 +146,10 @@ class LocalWorker:
             bitrate = self.stream.bitrate_for(resolution, fps)
             clip = replay_clip(self.scene, resolution, fps, bitrate)
             return ReplayPictures(), ReplayEncoder(clip)
+        if self.backends.device_frames:
+            built = self._build_on_device(resolution, fps, scene)
+            if built is not None:
+                return built
         encoder = self._encoder(resolution, fps)
         try:
             return self._pictures(encoder.pix_fmt, resolution, scene), encoder
@@ -150,19 +157,49 @@ class LocalWorker:
             encoder.close()
             raise
 
+    def _build_on_device(
+        self, resolution: Resolution, fps: float, scene: Scene | None
+    ) -> tuple[PictureSource, Encoder] | None:
+        """CUDA pictures that stay in GPU memory and an NVENC encoder opened on one; None
+        where NVENC does not open on them (the caller goes through host memory instead)."""
+        stream = self.stream
+        pictures = self._cuda_pictures("cuda", resolution, scene or self.scene)
+        try:
+            encoder = create_nvenc_encoder(
+                "h264", resolution, fps, stream.bitrate_for(resolution, fps), pix_fmt="cuda",
+                preset=stream.nvenc_preset, intra_refresh=stream.intra_refresh,
+                prime=pictures.blank(),
+            )  # fmt: skip
+        except (OSError, RuntimeError, ValueError) as exc:  # av's errors are OSError subclasses
+            pictures.close()
+            if self._device_frames_opened:
+                # it worked before: out of NVENC sessions or memory, not a path that cannot
+                # work; this session tries host frames (and libx264 after them)
+                log.warning("encoder.fallback", extra={"reason": f"NVENC on GPU frames: {exc}"})
+                return None
+            reason = f"NVENC did not open on frames in GPU memory ({exc}): via host memory"
+            log.warning("backend.fallback", extra={"stage": "nvenc_input", "reason": reason})
+            self.backends = replace(self.backends, nvenc_input="host")
+            return None
+        self._device_frames_opened = True
+        return pictures, encoder
+
     def _pictures(
         self, pix_fmt: str, res: Resolution | None = None, scene: Scene | None = None
     ) -> PictureSource:
         res = res or self.stream.resolution
         scene = scene or self.scene
         if self.backends.renderer == "cuda":
-            from ..render.cuda import CudaRenderer  # pycuda is an optional extra
-
-            def make(scene: Scene) -> CudaRenderer:
-                return CudaRenderer(scene, res.width, res.height)
-
-            return CudaPictures(make(device_scene(scene)), pix_fmt, make)
+            return self._cuda_pictures(pix_fmt, res, scene)
         return CpuPictures(CpuRenderer(scene, res.width, res.height))
+
+    def _cuda_pictures(self, pix_fmt: str, res: Resolution, scene: Scene) -> CudaPictures:
+        from ..render.cuda import CudaRenderer  # pycuda is an optional extra
+
+        def make(scene: Scene) -> CudaRenderer:
+            return CudaRenderer(scene, res.width, res.height)
+
+        return CudaPictures(make(device_scene(scene)), pix_fmt, make)
 
     def _encoder(self, resolution: Resolution | None = None, fps: float | None = None) -> Encoder:
         stream = self.stream

@@ -59,7 +59,9 @@ class CpuPictures:
 
 
 class CudaPictures:
-    """The CUDA renderer draws and converts on the GPU; one copy brings the planes to the host.
+    """The CUDA renderer draws and converts on the GPU; one copy brings the planes to the host,
+    or with `pix_fmt` "cuda" none: the pictures are CUDA frames over the renderer's device
+    memory, which NVENC reads in place.
 
     Its scene lives in device memory: another scene takes a new renderer, which `make_renderer`
     (given a scene) builds; the old one is closed once the new one stands.
@@ -74,9 +76,20 @@ class CudaPictures:
         self._make_renderer = make_renderer
 
     def picture(self, camera: OrbitCamera) -> av.VideoFrame:
-        frame: av.VideoFrame = self.renderer.render_frame(camera, self.pix_fmt)
+        frame: av.VideoFrame
+        if self.pix_fmt == "cuda":
+            frame = self.renderer.render_device_frame(camera)
+        else:
+            frame = self.renderer.render_frame(camera, self.pix_fmt)
         self.stage_ms = dict(self.renderer.last_timings)
         return frame
+
+    def blank(self) -> av.VideoFrame:
+        """A picture of the right size and kind without drawing (to open an encoder on)."""
+        if self.pix_fmt == "cuda":
+            frame: av.VideoFrame = self.renderer.blank_device_frame()
+            return frame
+        return av.VideoFrame(self.renderer.width, self.renderer.height, self.pix_fmt)
 
     def set_scene(self, scene: Scene) -> None:
         if self._make_renderer is None:
