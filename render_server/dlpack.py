@@ -101,16 +101,19 @@ def live_exports() -> int:
 
 @dataclass(frozen=True)
 class BufferView:
-    """A C-contiguous uint8 array of `shape` at `address` on DLPack device `device`.
+    """A uint8 array of `shape` at `address` on DLPack device `device`.
 
     `device` is (device type, ordinal): (KDL_CUDA, n) for GPU n's memory, (KDL_CPU, 0) for
     host memory. `owner` is kept alive until every consumer of an export has let go.
+    `strides` (in elements, as DLPack counts them) for rows wider than the array, e.g. a
+    plane of `pitch`-byte rows: (pitch, 1); None for a compact row-major array.
     """
 
     address: int
     shape: tuple[int, ...]
     device: tuple[int, int]
     owner: object = None
+    strides: tuple[int, ...] | None = None
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.device
@@ -131,7 +134,12 @@ class BufferView:
             raise BufferError(f"the buffer is on device {self.device}, not {dl_device}")
         if not self.address:
             raise BufferError("cannot export a null address")
+        if self.strides is not None and len(self.strides) != len(self.shape):
+            raise BufferError(f"strides {self.strides} do not fit shape {self.shape}")
         shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
+        strides = None
+        if self.strides is not None:
+            strides = (ctypes.c_int64 * len(self.strides))(*self.strides)
         managed = _ManagedTensor()
         tensor = managed.dl_tensor
         tensor.data = self.address
@@ -139,10 +147,12 @@ class BufferView:
         tensor.ndim = len(self.shape)
         tensor.dtype = _DataType(_KDL_UINT, 8, 1)
         tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-        tensor.strides = None  # compact, row-major
+        tensor.strides = (
+            None if strides is None else ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+        )  # None: compact, row-major
         tensor.byte_offset = 0
         managed.deleter = _deleter
         address = ctypes.addressof(managed)
         with _live_lock:
-            _live[address] = (managed, shape, self.owner)
+            _live[address] = (managed, (shape, strides), self.owner)
         return _capsule_new(address, _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))

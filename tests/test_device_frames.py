@@ -73,8 +73,11 @@ def test_device_frames_are_not_copied_and_take_turns(
     addresses = [f.planes[0].buffer_ptr for f in frames]
     assert len(set(addresses)) == DEVICE_FRAMES
     # the UV plane follows the Y plane in the same buffer, as NVENC reads a CUDA NV12 frame
+    pitch = renderer.pipeline.device_pitch
+    assert pitch % 256 == 0 and pitch >= WIDTH  # as FFmpeg's CUDA frames, which NVENC expects
     for frame, address in zip(frames, addresses, strict=True):
-        assert frame.planes[1].buffer_ptr == address + WIDTH * HEIGHT
+        assert frame.planes[0].line_size == frame.planes[1].line_size == pitch
+        assert frame.planes[1].buffer_ptr == address + pitch * HEIGHT
     # the frames drawn before are intact until their buffer's turn comes round again
     for frame, picture in zip(frames, pictures, strict=True):
         assert np.array_equal(frame.to_ndarray(), picture)

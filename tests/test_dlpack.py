@@ -96,3 +96,22 @@ def test_what_cannot_be_exported_is_refused() -> None:
     with pytest.raises(BufferError, match="null"):
         BufferView(0, (2, 2), (KDL_CPU, 0)).__dlpack__()
     assert BufferView(1, (1,), (KDL_CUDA, 3)).__dlpack_device__() == (KDL_CUDA, 3)
+
+
+def test_rows_wider_than_the_picture() -> None:
+    """Planes whose rows are `pitch` bytes apart, as the CUDA renderer lays them out for NVENC."""
+    height, width, pitch = 4, 6, 16
+    memory = np.zeros(pitch * height * 3 // 2, np.uint8)
+    rows = memory.reshape(height * 3 // 2, pitch)
+    rows[:height, :width] = np.arange(height * width).reshape(height, width) + 16
+    rows[height:, :width] = 128
+    rows[:, width:] = 255  # the padding at the end of each row, never part of the picture
+    y = BufferView(memory.ctypes.data, (height, width), (KDL_CPU, 0), memory, (pitch, 1))
+    assert np.array_equal(np.from_dlpack(y), rows[:height, :width])
+    uv_address = memory.ctypes.data + pitch * height
+    uv = BufferView(uv_address, (height // 2, width), (KDL_CPU, 0), memory, (pitch, 1))
+    frame = av.VideoFrame.from_dlpack((y, uv), format="nv12", width=width, height=height)
+    assert frame.planes[0].line_size == pitch
+    assert np.array_equal(frame.to_ndarray(), rows[:, :width])
+    with pytest.raises(BufferError, match="do not fit"):
+        BufferView(memory.ctypes.data, (4, 6), (KDL_CPU, 0), strides=(16,)).__dlpack__()

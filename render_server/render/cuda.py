@@ -56,6 +56,8 @@ MAX_JOBS = 1 << 27  # 4 GiB of jobs: a scene past this is refused rather than al
 # NV12 frames left in device memory, used in turn: the encoder may still hold the frame before
 # last (a still camera re-encodes the last picture) while the next one is drawn
 DEVICE_FRAMES = 3
+# their row pitch: FFmpeg's own CUDA frames, which NVENC is written against, align rows to 256 B
+DEVICE_PITCH_ALIGN = 256
 
 
 class CudaUnavailable(RuntimeError):
@@ -86,7 +88,7 @@ KERNELS = {
         KernelSpec("raster_small", "raster.cu", "PPiP", 128),
         KernelSpec("raster_large", "raster.cu", "PPiP", 256, per_block=True),
         KernelSpec("shade", "shade.cu", "PPPPPiPPPPiPiPiP", 256),
-        KernelSpec("rgb_to_nv12", "convert.cu", "PiiP", 256),
+        KernelSpec("rgb_to_nv12", "convert.cu", "PiiiP", 256),
         KernelSpec("rgb_to_yuv420p", "convert.cu", "PiiP", 256),
     )
 }
@@ -201,6 +203,7 @@ class LaunchSequence:
             self._yuv = backend.alloc(pixels * 3 // 2)
             self._yuv_host = backend.pinned((height * 3 // 2, width), np.uint8)
         self._device_frames: list[int] = []  # allocated at the first device frame
+        self.device_pitch = -(-width // DEVICE_PITCH_ALIGN) * DEVICE_PITCH_ALIGN
         self._next_device_frame = 0
         backend.synchronize()
 
@@ -232,8 +235,9 @@ class LaunchSequence:
 
     def draw_on_device(self, vp: np.ndarray, view: np.ndarray) -> int:
         """One frame as NV12 left in device memory: the address of its Y plane, which the
-        UV plane follows (`width` bytes a row both). The buffer is one of `DEVICE_FRAMES`
-        used in turn; the stream is synchronized, so the planes are complete on return."""
+        UV plane follows (rows `device_pitch` bytes apart in both). The buffer is one of
+        `DEVICE_FRAMES` used in turn; the stream is synchronized, so the planes are complete on
+        return."""
         if not self._yuv:
             raise ValueError(f"4:2:0 needs even sides, got {self.width}x{self.height}")
         address = self.device_frame()
@@ -245,7 +249,7 @@ class LaunchSequence:
         """The device NV12 buffer the next `draw_on_device` writes (zeros before its first
         use: a valid picture to open an encoder with)."""
         if not self._device_frames:
-            nbytes = self.width * self.height * 3 // 2
+            nbytes = self.device_pitch * self.height * 3 // 2
             zeros = np.zeros(nbytes, np.uint8)  # device memory starts undefined
             for _ in range(DEVICE_FRAMES):
                 address = self.backend.alloc(nbytes)
@@ -276,7 +280,11 @@ class LaunchSequence:
             blocks = (self.width // 2) * (self.height // 2)
             kernel = KERNELS["rgb_to_nv12" if output == "nv12" else "rgb_to_yuv420p"]
             out = self._yuv if device_target is None else device_target
-            b.launch(kernel, blocks, [self._rgb, self.width, self.height, out])
+            # NV12 rows: compact for the host copy, `device_pitch` apart for NVENC
+            pitch = [self.width if device_target is None else self.device_pitch]
+            if output != "nv12":
+                pitch = []
+            b.launch(kernel, blocks, [self._rgb, self.width, self.height, *pitch, out])
             marks["convert"] = b.record()
             target = self._yuv_host
             if device_target is None:
@@ -432,11 +440,11 @@ class KernelRenderer:
     def _wrap_device_frame(self, address: int) -> av.VideoFrame:
         if not hasattr(av.VideoFrame, "from_dlpack"):
             raise RuntimeError(f"PyAV {av.__version__} cannot wrap device memory: PyAV ≥ 18")
-        w, h = self.width, self.height
+        w, h, pitch = self.width, self.height, self._pipeline.device_pitch
         device = self._backend.dlpack_device
         owner = self._backend.owner(address)
-        y = dlpack.BufferView(address, (h, w), device, owner)
-        uv = dlpack.BufferView(address + w * h, (h // 2, w), device, owner)
+        y = dlpack.BufferView(address, (h, w), device, owner, (pitch, 1))
+        uv = dlpack.BufferView(address + pitch * h, (h // 2, w), device, owner, (pitch, 1))
         if device[0] != dlpack.KDL_CUDA:  # the host emulation: an nv12 frame over host memory
             return av.VideoFrame.from_dlpack((y, uv), format="nv12", width=w, height=h)
         if self._cuda_context is None:
