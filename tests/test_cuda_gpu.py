@@ -10,7 +10,12 @@ import pytest
 
 from render_server.encode.convert import rgb_to_yuv420
 from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
-from render_server.render.cuda import CudaRenderer, CudaUnavailable, PyCudaBackend
+from render_server.render.cuda import (
+    CudaRenderer,
+    CudaUnavailable,
+    PyCudaBackend,
+    share_primary_context,
+)
 from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler, sphere_field
 
 from .test_cuda_kernels import MIN_PSNR, cameras, double_sided_sheet, psnr, sheet_camera
@@ -140,3 +145,5 @@ def test_renderers_share_the_primary_context(world: Scene, cuda_renderer: CudaRe
             finally:
                 primary.detach()
         assert ours._context.handle == theirs._context.handle
+    # the flags FFmpeg's CUDA device insists on to share it: set before it was first active
+    assert share_primary_context(0) is None

@@ -5,6 +5,7 @@ part is in tests/test_cuda_gpu.py and tests/test_nvenc_gpu.py."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 from collections.abc import Iterator
@@ -187,3 +188,13 @@ def test_the_worker_falls_back_to_host_frames_where_nvenc_refuses_device_frames(
     finally:
         encoder.close()
         pictures.close()
+
+
+def test_sharing_the_primary_context_says_why_not_without_a_driver() -> None:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        reason = cuda_module.share_primary_context(0)
+        assert reason is not None and "libcuda" in reason
+    else:
+        pytest.skip("a CUDA driver is here: tests/test_cuda_gpu.py checks the shared context")

@@ -24,7 +24,9 @@ how CI checks the kernels without a GPU. pycuda is imported only when a `CudaRen
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ from .. import dlpack
 from . import cpu
 from .camera import OrbitCamera
 from .scene import Scene
+
+log = logging.getLogger(__name__)
 
 SHADERS_DIR = Path(__file__).resolve().parents[2] / "shaders"
 SHADER_FILES = ("raster.cu", "shade.cu", "convert.cu")
@@ -497,6 +501,43 @@ class CudaRenderer(KernelRenderer):
             raise
 
 
+# FFmpeg's CUDA device shares a GPU's primary context only when the context has exactly these
+# flags (hwcontext_cuda.c: "Primary context already active with incompatible flags")
+CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+
+
+def share_primary_context(ordinal: int) -> str | None:
+    """Give GPU `ordinal`'s primary context the flags FFmpeg's CUDA device (and so NVENC on our
+    frames) needs, before it is first made active; None when it has them, else why not.
+
+    The context's flags can change only while nobody holds it active: the first renderer of a
+    worker sets them. Blocking sync also makes a waiting thread sleep instead of spin, which
+    is what a worker of many sessions wants.
+    """
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"libcuda cannot be loaded: {exc}"
+    device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    if libcuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+        return f"no CUDA device {ordinal}"
+    if libcuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)):
+        return "cuDevicePrimaryCtxGetState failed"
+    if flags.value == CU_CTX_SCHED_BLOCKING_SYNC:
+        return None
+    if active.value:
+        return (
+            f"GPU {ordinal}'s primary context is already active with flags {flags.value:#x} "
+            f"(FFmpeg needs {CU_CTX_SCHED_BLOCKING_SYNC:#x}): another library started it first"
+        )
+    set_flags = getattr(libcuda, "cuDevicePrimaryCtxSetFlags_v2", None)
+    if set_flags is None:
+        set_flags = libcuda.cuDevicePrimaryCtxSetFlags
+    if set_flags(device, CU_CTX_SCHED_BLOCKING_SYNC) != 0:
+        return "cuDevicePrimaryCtxSetFlags failed"
+    return None
+
+
 class PyCudaBackend:
     """`Backend` on a CUDA device: its primary context, one stream, kernels from SourceModule.
 
@@ -527,6 +568,9 @@ class PyCudaBackend:
         self._cuda = cuda
         self._device = cuda.Device(device)
         self.dlpack_device = (dlpack.KDL_CUDA, device)
+        unshared = share_primary_context(device)
+        if unshared is not None:  # rendering works; frames for NVENC then go through the host
+            log.warning("cuda.primary_context", extra={"reason": unshared})
         self._context = self._device.retain_primary_context()
         self._context.push()  # pop it before returning
         self._allocations: dict[int, Any] = {}

@@ -170,7 +170,7 @@ class LocalWorker:
                 preset=stream.nvenc_preset, intra_refresh=stream.intra_refresh,
                 prime=pictures.blank(),
             )  # fmt: skip
-        except (OSError, RuntimeError, ValueError) as exc:  # av's errors are OSError subclasses
+        except Exception as exc:  # FFmpeg's CUDA device or NVENC refused: whatever the error
             pictures.close()
             if self._device_frames_opened:
                 # it worked before: out of NVENC sessions or memory, not a path that cannot
