@@ -18,7 +18,7 @@ from .encode.x264 import create_x264_encoder
 from .render.camera import OrbitCamera
 from .render.cpu import CpuRenderer
 from .render.scene import Scene
-from .worker.pictures import CpuPictures, CudaPictures, PictureSource
+from .worker.pictures import CpuPictures, CudaPictures, PictureSource, on_device
 from .worker.pipeline import FramePipeline
 
 STEP = 0.02  # radians of orbit per frame: every frame is a new picture
@@ -134,17 +134,13 @@ def bench_pipeline(
     CUDA + NVENC runs with the frames in GPU memory where `backends.device_frames`, else
     through a copy in host memory.
     """
+    pictures: PictureSource
+    enc: Encoder
     if backends.device_frames:
-        pictures: PictureSource = make_pictures(scene, "cuda", resolution, "cuda")
-        assert isinstance(pictures, CudaPictures)
-        try:
-            enc: Encoder = create_nvenc_encoder(
-                "h264", resolution, 60.0, default_bitrate(resolution, 60.0), pix_fmt="cuda",
-                prime=pictures.blank(),
-            )  # fmt: skip
-        except BaseException:
-            pictures.close()
-            raise
+        from .render.cuda import CudaRenderer
+
+        renderer = CudaRenderer(scene, resolution.width, resolution.height)
+        pictures, enc = on_device(renderer, 60.0, default_bitrate(resolution, 60.0))
     else:
         enc = make_encoder(backends.encoder, resolution, 60.0)
         pictures = make_pictures(scene, backends.renderer, resolution, enc.pix_fmt)

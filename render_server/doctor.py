@@ -42,20 +42,19 @@ def probe_device_frames(auto: Backends) -> dict[str, Any]:
     if auto.renderer != "cuda" or auto.encoder != "nvenc":
         missing = "no CUDA renderer" if auto.renderer != "cuda" else "no NVENC"
         return {"available": False, "reason": f"{missing}: frames go through host memory"}
-    from .encode.nvenc import create_nvenc_encoder
     from .render.camera import OrbitCamera
     from .render.cuda import CudaRenderer
+    from .worker.pictures import on_device
 
     scene = default_scene()
     try:
-        with CudaRenderer(scene, 256, 256) as renderer:
-            encoder = create_nvenc_encoder(
-                "h264", Resolution(256, 256), 30.0, 1_000_000, pix_fmt="cuda",
-                prime=renderer.blank_device_frame(),
-            )  # fmt: skip
+        pictures, encoder = on_device(CudaRenderer(scene, 256, 256), 30.0, 1_000_000)
+        try:
             camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
-            packet = encoder.encode(renderer.render_device_frame(camera), pts=0)
+            packet = encoder.encode(pictures.picture(camera), pts=0)
+        finally:
             encoder.close()
+            pictures.close()
     except Exception as exc:
         return {"available": False, "reason": f"NVENC did not take a CUDA frame: {exc}"}
     if packet is None or not packet.is_keyframe:

@@ -25,7 +25,7 @@ from ..render.scene import Scene
 from ..signaling.messages import IceServer
 from ..signaling.workers import SessionEndCallback
 from .controls import CameraController
-from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene
+from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene, on_device
 from .pipeline import FramePipeline
 from .quality import QualityLimits
 from .scene_commands import SceneCommands
@@ -163,15 +163,13 @@ class LocalWorker:
         """CUDA pictures that stay in GPU memory and an NVENC encoder opened on one; None
         where NVENC does not open on them (the caller goes through host memory instead)."""
         stream = self.stream
-        pictures = self._cuda_pictures("cuda", resolution, scene or self.scene)
+        cuda = self._cuda_pictures("cuda", resolution, scene or self.scene)
         try:
-            encoder = create_nvenc_encoder(
-                "h264", resolution, fps, stream.bitrate_for(resolution, fps), pix_fmt="cuda",
-                preset=stream.nvenc_preset, intra_refresh=stream.intra_refresh,
-                prime=pictures.blank(),
+            built = on_device(
+                cuda.renderer, fps, stream.bitrate_for(resolution, fps), cuda.make_renderer,
+                stream.nvenc_preset, stream.intra_refresh,
             )  # fmt: skip
         except Exception as exc:  # FFmpeg's CUDA device or NVENC refused: whatever the error
-            pictures.close()
             if self._device_frames_opened:
                 # it worked before: out of NVENC sessions or memory, not a path that cannot
                 # work; this session tries host frames (and libx264 after them)
@@ -182,7 +180,7 @@ class LocalWorker:
             self.backends = replace(self.backends, nvenc_input="host")
             return None
         self._device_frames_opened = True
-        return pictures, encoder
+        return built
 
     def _pictures(
         self, pix_fmt: str, res: Resolution | None = None, scene: Scene | None = None
