@@ -42,12 +42,16 @@ class Backends:
         return self.renderer == "cuda" and self.encoder == "nvenc" and self.nvenc_input == "device"
 
     @property
+    def host_pix_fmt(self) -> str:
+        """What the encoder reads from host memory: the CUDA renderer's NV12 where NVENC
+        takes it, else the planar 4:2:0 that libx264 reads and the CPU renderer makes (NVENC
+        reads it as well: no conversion between picture and encoder)."""
+        return "nv12" if self.renderer == "cuda" and self.encoder == "nvenc" else "yuv420p"
+
+    @property
     def pix_fmt(self) -> str:
-        """The encoder's input format: CUDA frames, else NVENC reads NV12 and libx264 planar
-        4:2:0 from host memory."""
-        if self.device_frames:
-            return "cuda"
-        return "nv12" if self.encoder == "nvenc" else "yuv420p"
+        """The encoder's input format: CUDA frames, else `host_pix_fmt`."""
+        return "cuda" if self.device_frames else self.host_pix_fmt
 
 
 def device_frames_supported() -> str | None:

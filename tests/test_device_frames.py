@@ -147,8 +147,9 @@ def test_device_frames_are_chosen_with_the_cuda_renderer_and_nvenc() -> None:
     assert both.device_frames and both.nvenc_input == "device" and both.pix_fmt == "cuda"
     host = choose_backends("auto", "auto", CUDA_OK, NVENC_OK, nvenc_input="host")
     assert not host.device_frames and host.pix_fmt == "nv12"
-    cpu = choose_backends("cpu", "auto", CUDA_OK, NVENC_OK)  # NVENC reads host frames then
-    assert not cpu.device_frames and cpu.pix_fmt == "nv12"
+    # NVENC behind the CPU renderer reads its planar 4:2:0 as it is, with no conversion
+    cpu = choose_backends("cpu", "auto", CUDA_OK, NVENC_OK)
+    assert not cpu.device_frames and cpu.pix_fmt == "yuv420p"
     x264 = choose_backends("auto", "x264", CUDA_OK, NVENC_OK)
     assert not x264.device_frames and x264.pix_fmt == "yuv420p"
 
@@ -208,3 +209,30 @@ def test_on_device_closes_the_renderer_when_nvenc_refuses(world: Scene) -> None:
         on_device(renderer, 30.0, 1_000_000)
     with pytest.raises(RuntimeError, match="closed"):
         renderer.render(camera_for(world))
+
+
+def test_after_device_frames_worked_a_refusal_costs_one_session_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NVENC took device frames before (so a refusal now is a full GPU, not a path that cannot
+    work): this session goes through host memory, as NV12 for NVENC rather than CUDA frames,
+    and the worker keeps device frames for the next session."""
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or $CXX) to build the kernels for the host")
+    monkeypatch.setattr(cuda_module, "CudaRenderer", EmulatedCudaRenderer)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    backends = Backends("cuda", "nvenc", "test", "probed earlier", "auto", GPU, "device")
+    stream = StreamConfig(resolution=Resolution(WIDTH, HEIGHT))
+    worker = LocalWorker("w", default_scene(), stream, 1, Metrics(), (), backends)
+    worker._device_frames_opened = True
+    with caplog.at_level(logging.WARNING):
+        pictures, encoder = worker._build(stream.resolution, stream.fps, None)
+    try:
+        assert worker.backends.device_frames  # the next session tries the GPU frames again
+        assert encoder.codec_name == "libx264"  # NVENC on host frames did not open either
+        fallbacks = [getattr(r, "reason", "") for r in caplog.records]
+        assert any("NVENC on GPU frames" in reason for reason in fallbacks)
+        assert any("NVENC" in reason and "GPU frames" not in reason for reason in fallbacks)
+    finally:
+        encoder.close()
+        pictures.close()

@@ -207,7 +207,7 @@ class LocalWorker:
             try:
                 return create_nvenc_encoder(
                     "h264", resolution, fps, stream.bitrate_for(resolution, fps),
-                    pix_fmt=self.backends.pix_fmt, preset=stream.nvenc_preset,
+                    pix_fmt=self.backends.host_pix_fmt, preset=stream.nvenc_preset,
                     intra_refresh=stream.intra_refresh,
                 )  # fmt: skip
             except (OSError, RuntimeError) as exc:  # av's errors are OSError subclasses
