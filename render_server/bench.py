@@ -18,7 +18,7 @@ from .encode.x264 import create_x264_encoder
 from .render.camera import OrbitCamera
 from .render.cpu import CpuRenderer
 from .render.scene import Scene
-from .worker.pictures import CpuPictures, CudaPictures, PictureSource, on_device
+from .worker.pictures import CpuPictures, CudaPictures, PictureSource, nvenc_on_device
 from .worker.pipeline import FramePipeline
 
 STEP = 0.02  # radians of orbit per frame: every frame is a new picture
@@ -54,10 +54,13 @@ def make_pictures(
     return CpuPictures(CpuRenderer(scene, resolution.width, resolution.height))
 
 
-def make_encoder(encoder: str, resolution: Resolution, fps: float) -> Encoder:
+def make_encoder(
+    encoder: str, resolution: Resolution, fps: float, pix_fmt: str = "nv12"
+) -> Encoder:
+    """libx264, or NVENC reading host frames in `pix_fmt`."""
     bitrate = default_bitrate(resolution, fps)
     if encoder == "nvenc":
-        return create_nvenc_encoder("h264", resolution, fps, bitrate)
+        return create_nvenc_encoder("h264", resolution, fps, bitrate, pix_fmt=pix_fmt)
     return create_x264_encoder(resolution, fps, bitrate)
 
 
@@ -134,16 +137,16 @@ def bench_pipeline(
     CUDA + NVENC runs with the frames in GPU memory where `backends.device_frames`, else
     through a copy in host memory.
     """
-    pictures: PictureSource
+    pictures = make_pictures(scene, backends.renderer, resolution, backends.pix_fmt)
     enc: Encoder
-    if backends.device_frames:
-        from .render.cuda import CudaRenderer
-
-        renderer = CudaRenderer(scene, resolution.width, resolution.height)
-        pictures, enc = on_device(renderer, 60.0, default_bitrate(resolution, 60.0))
+    if isinstance(pictures, CudaPictures) and backends.device_frames:
+        enc = nvenc_on_device(pictures, 60.0, default_bitrate(resolution, 60.0))
     else:
-        enc = make_encoder(backends.encoder, resolution, 60.0)
-        pictures = make_pictures(scene, backends.renderer, resolution, enc.pix_fmt)
+        try:
+            enc = make_encoder(backends.encoder, resolution, 60.0, backends.host_pix_fmt)
+        except BaseException:
+            pictures.close()
+            raise
     pipeline = FramePipeline(pictures, enc, 1.0)
     camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
 

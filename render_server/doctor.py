@@ -44,11 +44,12 @@ def probe_device_frames(auto: Backends) -> dict[str, Any]:
         return {"available": False, "reason": f"{missing}: frames go through host memory"}
     from .render.camera import OrbitCamera
     from .render.cuda import CudaRenderer
-    from .worker.pictures import on_device
+    from .worker.pictures import CudaPictures, nvenc_on_device
 
     scene = default_scene()
     try:
-        pictures, encoder = on_device(CudaRenderer(scene, 256, 256), 30.0, 1_000_000)
+        pictures = CudaPictures(CudaRenderer(scene, 256, 256), "cuda")
+        encoder = nvenc_on_device(pictures, 30.0, 1_000_000)
         try:
             camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
             packet = encoder.encode(pictures.picture(camera), pts=0)

@@ -26,7 +26,7 @@ from render_server.render import cuda as cuda_module
 from render_server.render.cuda import DEVICE_FRAMES
 from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler
 from render_server.worker.local import LocalWorker
-from render_server.worker.pictures import CudaPictures, on_device
+from render_server.worker.pictures import CudaPictures, nvenc_on_device
 
 from .test_encoder import psnr
 
@@ -201,12 +201,12 @@ def test_sharing_the_primary_context_says_why_not_without_a_driver() -> None:
         pytest.skip("a CUDA driver is here: tests/test_cuda_gpu.py checks the shared context")
 
 
-def test_on_device_closes_the_renderer_when_nvenc_refuses(world: Scene) -> None:
+def test_nvenc_on_device_closes_the_renderer_when_nvenc_refuses(world: Scene) -> None:
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or $CXX) to build the kernels for the host")
     renderer = EmulatedCudaRenderer(world, WIDTH, HEIGHT)
     with pytest.raises(ValueError, match="opens on a CUDA frame"):  # host frames, no NVENC
-        on_device(renderer, 30.0, 1_000_000)
+        nvenc_on_device(CudaPictures(renderer, "cuda"), 30.0, 1_000_000)
     with pytest.raises(RuntimeError, match="closed"):
         renderer.render(camera_for(world))
 

@@ -25,7 +25,7 @@ from ..render.scene import Scene
 from ..signaling.messages import IceServer
 from ..signaling.workers import SessionEndCallback
 from .controls import CameraController
-from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene, on_device
+from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene, nvenc_on_device
 from .pipeline import FramePipeline
 from .quality import QualityLimits
 from .scene_commands import SceneCommands
@@ -163,11 +163,11 @@ class LocalWorker:
         """CUDA pictures that stay in GPU memory and an NVENC encoder opened on one; None
         where NVENC does not open on them (the caller goes through host memory instead)."""
         stream = self.stream
-        cuda = self._cuda_pictures("cuda", resolution, scene or self.scene)
+        pictures = self._cuda_pictures("cuda", resolution, scene or self.scene)
         try:
-            built = on_device(
-                cuda.renderer, fps, stream.bitrate_for(resolution, fps), cuda.make_renderer,
-                stream.nvenc_preset, stream.intra_refresh,
+            encoder = nvenc_on_device(
+                pictures, fps, stream.bitrate_for(resolution, fps), stream.nvenc_preset,
+                stream.intra_refresh,
             )  # fmt: skip
         except Exception as exc:  # FFmpeg's CUDA device or NVENC refused: whatever the error
             if self._device_frames_opened:
@@ -180,7 +180,7 @@ class LocalWorker:
             self.backends = replace(self.backends, nvenc_input="host")
             return None
         self._device_frames_opened = True
-        return built
+        return pictures, encoder
 
     def _pictures(
         self, pix_fmt: str, res: Resolution | None = None, scene: Scene | None = None

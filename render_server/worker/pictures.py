@@ -76,7 +76,7 @@ class CudaPictures:
         self.renderer = renderer
         self.pix_fmt = pix_fmt
         self.stage_ms: dict[str, float] = {}
-        self.make_renderer = make_renderer
+        self._make_renderer = make_renderer
 
     def picture(self, camera: OrbitCamera) -> av.VideoFrame:
         frame: av.VideoFrame
@@ -95,9 +95,9 @@ class CudaPictures:
         return av.VideoFrame(self.renderer.width, self.renderer.height, self.pix_fmt)
 
     def set_scene(self, scene: Scene) -> None:
-        if self.make_renderer is None:
+        if self._make_renderer is None:
             raise RuntimeError("these pictures cannot change their scene")
-        renderer = self.make_renderer(device_scene(scene))
+        renderer = self._make_renderer(device_scene(scene))
         self.renderer.close()
         self.renderer = renderer
 
@@ -105,29 +105,27 @@ class CudaPictures:
         self.renderer.close()
 
 
-def on_device(
-    renderer: Any,
+def nvenc_on_device(
+    pictures: CudaPictures,
     fps: float,
     bitrate: int,
-    make_renderer: Callable[[Scene], Any] | None = None,
     preset: str = "p1",
     intra_refresh: bool = False,
-) -> tuple[CudaPictures, Encoder]:
-    """Pictures that stay in GPU memory and an H.264 NVENC encoder opened on one of them.
+) -> Encoder:
+    """An H.264 NVENC encoder that reads `pictures` (pix_fmt "cuda") where they were drawn,
+    opened on one of them.
 
-    Raises whatever FFmpeg or NVENC raise where that does not work, having closed `renderer`.
+    Raises whatever FFmpeg or NVENC raise where that does not work, having closed `pictures`.
     """
-    pictures = CudaPictures(renderer, "cuda", make_renderer)
     try:
-        resolution = Resolution(renderer.width, renderer.height)
-        encoder = create_nvenc_encoder(
+        resolution = Resolution(pictures.renderer.width, pictures.renderer.height)
+        return create_nvenc_encoder(
             "h264", resolution, fps, bitrate, pix_fmt="cuda", preset=preset,
             intra_refresh=intra_refresh, prime=pictures.blank(),
         )  # fmt: skip
     except BaseException:
         pictures.close()
         raise
-    return pictures, encoder
 
 
 def device_scene(scene: Scene) -> Scene:
