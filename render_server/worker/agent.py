@@ -90,8 +90,11 @@ class WorkerAgent:
         try:
             message = parse_to_worker(data)
         except ProtocolError as exc:
-            doc = json.loads(data) if data.startswith("{") else {}
-            if doc.get("type") == "error":  # the signaling server refused us: say why
+            try:
+                doc = json.loads(data)
+            except ValueError:  # not JSON at all: bad_message below says so
+                doc = None
+            if isinstance(doc, dict) and doc.get("type") == "error":  # refused: say why
                 log.error("worker.refused", extra={"reason": doc.get("message")})
             else:
                 log.warning("worker.bad_message", extra={"code": exc.code, "detail": exc.message})
