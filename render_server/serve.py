@@ -13,7 +13,7 @@ import uuid
 from aiohttp import web
 
 from .backends import Backends, choose_backends
-from .config import ServerConfig, WorkerConfig
+from .config import ServerConfig, StreamConfig, WorkerConfig
 from .metrics import Metrics
 from .render.scene import Scene, SceneLimits, default_scene, load_scene
 from .signaling.app import create_app
@@ -85,10 +85,7 @@ async def build_app(
     if config.embedded_worker:
         scene = scene if scene is not None else load_configured_scene(config)
         if backends is None:
-            stream = config.stream
-            backends = choose_backends(
-                stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input
-            )
+            backends = _backends(config.stream)
     ctx = await build_context(config, metrics)
     app = create_app(ctx)
     if config.embedded_worker:
@@ -98,8 +95,7 @@ async def build_app(
             config.ice_servers, backends,
         )  # fmt: skip
         await _warm_worker(worker)
-        embedded = EmbeddedWorker(ctx, worker, config.heartbeat_s)
-        embedded.service.labels, embedded.service.region = config.labels, config.region
+        embedded = EmbeddedWorker(ctx, worker, config.heartbeat_s, config.labels, config.region)
         app[WORKER_KEY] = worker
         app[EMBEDDED_KEY] = embedded
 
@@ -135,13 +131,16 @@ async def run_server(config: ServerConfig) -> None:
         await runner.cleanup()
 
 
+def _backends(stream: StreamConfig) -> Backends:
+    """The renderer and encoder the stream options ask for, resolved on this machine."""
+    return choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
+
+
 async def run_worker(config: WorkerConfig) -> None:
-    from .signaling.auth import Authenticator, load_keys
     from .worker.agent import WorkerAgent
 
     scene = load_configured_scene(config)
-    stream = config.stream
-    backends = choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
+    backends = _backends(config.stream)
     worker_id = config.worker_id or default_id("worker")
     token = config.token
     if token is None and (config.secret or config.key_file):

@@ -11,7 +11,6 @@ from render_server.metrics import Metrics
 from render_server.render import default_scene
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.local import LocalWorker
-from render_server.worker.serial import KeyedSerializer
 
 
 @pytest.fixture
@@ -26,7 +25,7 @@ async def test_a_bad_message_is_logged_and_dropped(
     agent: WorkerAgent, data: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        agent._dispatch(KeyedSerializer(), data)  # raised ValueError for "{not json" before
+        agent._dispatch(data)  # raised ValueError for "{not json" before
     assert [r.getMessage() for r in caplog.records] == ["worker.bad_message"]
 
 
@@ -35,7 +34,7 @@ async def test_a_refusal_is_logged_with_its_reason(
 ) -> None:
     refusal = '{"type": "error", "code": "unauthorized", "message": "bad token"}'
     with caplog.at_level(logging.WARNING):
-        agent._dispatch(KeyedSerializer(), refusal)
+        agent._dispatch(refusal)
     assert [(r.getMessage(), getattr(r, "reason", None)) for r in caplog.records] == [
         ("worker.refused", "bad token")
     ]

@@ -8,7 +8,6 @@ import contextlib
 import html
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,8 @@ from .messages import MAX_MESSAGE_BYTES, ErrorCode, ProtocolError, parse_require
 from .openapi import OPENAPI
 from .origin import origin_allowed
 from .relay import tell_lost
-from .session import SessionHandle
-from .session_store import SessionRecord, hash_token, new_resume_token
+from .session import new_session
+from .session_store import SessionRecord
 from .worker_socket import WorkerSocket
 
 log = logging.getLogger(__name__)
@@ -38,11 +37,10 @@ MAX_REST_BODY = 4096
 CONTEXT_KEY = web.AppKey("signaling", SignalingContext)
 BACKGROUND_KEY = web.AppKey("background", list)
 
-CSP_BASE = (
+CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "media-src 'self' blob:; connect-src 'self' ws: wss:; frame-ancestors 'self'"
 )
-CSP = CSP_BASE
 EMBED_ORIGINS_PLACEHOLDER = "{{allowed_origins}}"
 
 
@@ -68,7 +66,7 @@ def _ctx(request: web.Request) -> SignalingContext:
 def _authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
     """The caller's identity, or a refusal (401/403) that is logged and counted."""
     ctx = _ctx(request)
-    token, _ = token_from_headers(request.headers)
+    token = token_from_headers(request.headers)
     try:
         return ctx.auth.verify(token, allowed)
     except AuthError as exc:
@@ -120,7 +118,7 @@ async def embed(request: web.Request) -> web.StreamResponse:
     template = (config.client_dir / "embed.html").read_text(encoding="utf-8")
     # origins are validated URLs (config), but escape anyway: this lands in an attribute
     page = template.replace(EMBED_ORIGINS_PLACEHOLDER, html.escape(origins, quote=True))
-    csp = CSP_BASE.replace("frame-ancestors 'self'", f"frame-ancestors 'self' {origins}".strip())
+    csp = CSP.replace("frame-ancestors 'self'", f"frame-ancestors 'self' {origins}".strip())
     return web.Response(
         text=page, content_type="text/html",
         headers={"Cache-Control": "no-cache", "Content-Security-Policy": csp},
@@ -216,11 +214,8 @@ async def create_session(request: web.Request) -> web.Response:
         requirements = parse_requirements(body.get("requirements"))
     except ProtocolError as exc:
         raise _http_error(400, exc.code, exc.message) from None
-    token = new_resume_token()
-    record = SessionRecord(uuid.uuid4().hex, identity.subject, identity.role, hash_token(token),
-                           requirements)  # fmt: skip
-    await ctx.store.put(record)
-    handle = SessionHandle(ctx, record, resume_token=token)
+    handle, token = await new_session(ctx, identity.subject, identity.role, requirements)
+    record = handle.record
     await handle.start()
     handle.detach()  # nobody is attached yet: the browser has the grace period to come
     doc = await _describe(ctx, record)

@@ -42,7 +42,6 @@ class AuthError(CodedError):
 class Identity:
     subject: str
     role: Role
-    expires: float | None = None
     anonymous: bool = False
 
 
@@ -127,16 +126,16 @@ class Authenticator:
             raise AuthError("unauthorized", f"the token's role {claimed!r} is unknown")
         if token_role not in allowed:
             raise AuthError("forbidden", f"a {token_role} token cannot open this endpoint")
-        return Identity(str(claims["sub"]), token_role, float(claims["exp"]))
+        return Identity(str(claims["sub"]), token_role)
 
 
-def token_from_headers(headers: Mapping[str, str]) -> tuple[str | None, bool]:
-    """(token, offered_subprotocol): from Authorization, else from Sec-WebSocket-Protocol."""
+def token_from_headers(headers: Mapping[str, str]) -> str | None:
+    """The bearer token: from Authorization, else from Sec-WebSocket-Protocol."""
     authorization = headers.get("Authorization", "")
     if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip() or None, False
+        return authorization[7:].strip() or None
     offered = [p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",")]
     for protocol in offered:
         if protocol.startswith(BEARER_PREFIX):
-            return protocol[len(BEARER_PREFIX) :] or None, True
-    return None, SUBPROTOCOL in offered
+            return protocol[len(BEARER_PREFIX) :] or None
+    return None

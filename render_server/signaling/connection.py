@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 
 from aiohttp import WSMsgType, web
 
@@ -25,8 +24,7 @@ from .messages import (
     encode_message,
     parse_client_message,
 )
-from .session import ENDED, SessionHandle
-from .session_store import SessionRecord, hash_token, new_resume_token
+from .session import ENDED, SessionHandle, new_session
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +112,10 @@ class BrowserConnection:
             await handle.end()
 
     async def _start(self, message: SessionStart) -> None:
-        token = new_resume_token()
-        record = SessionRecord(
-            session_id=uuid.uuid4().hex,
-            owner=self.identity.subject,
-            role=self.identity.role,
-            token_hash=hash_token(token),
-            requirements=message.requirements,
+        identity = self.identity
+        self.handle, _ = await new_session(
+            self.ctx, identity.subject, identity.role, message.requirements
         )
-        await self.ctx.store.put(record)
-        self.handle = SessionHandle(self.ctx, record, resume_token=token)
         self.handle.attach(self._send)
         await self.handle.start()
 
@@ -143,7 +135,8 @@ class BrowserConnection:
         handle = self.ctx.handles.get(sid)
         if handle is None:
             handle = SessionHandle(self.ctx, bumped)
-        handle.record = bumped
+        else:
+            handle.record = bumped
         # the replica that held the session before lets go of it
         await self.ctx.bus.publish(
             browser_channel(sid), {"type": "resumed", "generation": bumped.generation}

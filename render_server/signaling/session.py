@@ -9,11 +9,12 @@ grace period; the worker's replies and the registry's news arrive on the session
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..logs import session_logger
-from .context import SignalingContext, audit, browser_channel, worker_channel
+from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel, worker_channel
 from .messages import (
     Answer,
     Error,
@@ -27,8 +28,9 @@ from .messages import (
     SessionStarted,
     to_document,
 )
+from .registry import Requirements
 from .relay import WorkerRelay
-from .session_store import SessionRecord
+from .session_store import SessionRecord, hash_token, new_resume_token
 from .turn import ice_servers_for
 from .worker_protocol import CloseSession, OpenSession, SessionIce, SessionOffer
 
@@ -36,6 +38,17 @@ Send = Callable[[ServerMessage], Awaitable[None]]
 
 # states
 QUEUED, OPENING, OPEN, ENDED = "queued", "opening", "open", "ended"
+
+
+async def new_session(
+    ctx: SignalingContext, owner: str, role: str, requirements: Requirements
+) -> tuple[SessionHandle, str]:
+    """A new session's record, stored, with its handle (not started yet) and its resume
+    token: the store keeps only the token's hash."""
+    token = new_resume_token()
+    record = SessionRecord(uuid.uuid4().hex, owner, role, hash_token(token), requirements)
+    await ctx.store.put(record)
+    return SessionHandle(ctx, record, resume_token=token), token
 
 
 class SessionHandle:
@@ -105,16 +118,13 @@ class SessionHandle:
     async def ice(self, candidate: IceCandidate) -> None:
         if self.state != OPEN or not self.offered:
             raise ProtocolError(ErrorCode.BAD_ORDER, "send the offer before ICE candidates")
-        await self._to_worker(
-            SessionIce(self.session_id, candidate.candidate, candidate.sdp_mid,
-                       candidate.sdp_mline_index)
-        )  # fmt: skip
+        await self._to_worker(SessionIce.of(self.session_id, candidate))
 
     async def end(self, reason: str = "client_ended") -> None:
         """End the session, or leave the queue."""
         if self.state == QUEUED:
             if await self.ctx.registry.cancel(self.session_id):
-                await self.ctx.bus.publish("queue", {"type": "queue.changed"})
+                await self.ctx.bus.publish(QUEUE_CHANNEL, {"type": "queue.changed"})
             await self._finish("cancelled" if reason == "client_ended" else reason)
         elif self.state in (OPENING, OPEN):
             # the worker replies session.ended; the relay frees the slot then
@@ -146,10 +156,7 @@ class SessionHandle:
         await asyncio.sleep(self.ctx.config.open_timeout_s)
         if self.state == OPENING and self.worker_id == worker_id:
             self.log.warning("session.open_timeout", extra={"worker": worker_id})
-            await self.ctx.bus.publish(
-                worker_channel(worker_id),
-                to_document(CloseSession(self.session_id, "open_timeout")),
-            )
+            await self._to_worker(CloseSession(self.session_id, "open_timeout"))
             await self._tell(Error(ErrorCode.WORKER_FAILED, "the worker did not open the session"))
             # as if the worker had ended it: the slot is freed and the queue served
             await WorkerRelay(self.ctx, worker_id).session_ended(self.session_id, "worker_failed")
@@ -207,9 +214,7 @@ class SessionHandle:
             await self._let_go()  # resumed elsewhere in the meantime
             return
         self.log.info("session.browser_left")
-        await self.end("browser_left")
-        if self.state == QUEUED:
-            await self._finish("browser_left")
+        await self.end("browser_left")  # a queued session finishes there at once
 
     async def _finish(self, reason: str) -> None:
         if self.state == ENDED:

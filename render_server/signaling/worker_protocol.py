@@ -25,6 +25,7 @@ from .messages import (
     parse_with,
     text_field,
 )
+from .registry import WorkerInfo
 
 MAX_SLOTS = 256
 MAX_CAPABILITY_BYTES = 8 * 1024
@@ -42,6 +43,11 @@ class Register:
     capabilities: dict[str, Any] = field(default_factory=dict)
     labels: tuple[str, ...] = ()
     region: str | None = None
+
+    def info(self, replica: str) -> WorkerInfo:
+        """What the registry holds of the worker, held by signaling replica `replica`."""
+        return WorkerInfo(self.worker_id, self.slots, self.capabilities, self.labels,
+                          self.region, replica)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,10 @@ class SessionIce:
     sdp_mid: str | None = None
     sdp_mline_index: int | None = None
 
+    @classmethod
+    def of(cls, session_id: str, candidate: IceCandidate) -> SessionIce:
+        return cls(session_id, candidate.candidate, candidate.sdp_mid, candidate.sdp_mline_index)
+
     def as_candidate(self) -> IceCandidate:
         return IceCandidate(self.candidate, self.sdp_mid, self.sdp_mline_index)
 
@@ -235,10 +245,7 @@ def _open(doc: dict[str, Any]) -> OpenSession:
 
 
 def _ice(doc: dict[str, Any]) -> SessionIce:
-    candidate = parse_ice(doc)
-    return SessionIce(
-        parse_session_id(doc), candidate.candidate, candidate.sdp_mid, candidate.sdp_mline_index
-    )
+    return SessionIce.of(parse_session_id(doc), parse_ice(doc))
 
 
 _TO_WORKER: dict[str, Callable[[dict[str, Any]], ToWorker]] = {

@@ -11,7 +11,7 @@ from aiohttp import WSMsgType, web
 from .auth import Identity
 from .context import SignalingContext, audit, worker_channel
 from .messages import Error, ErrorCode, ProtocolError, encode_message
-from .registry import WorkerInfo
+from .registry import WorkerInfo, WorkerStatus
 from .relay import WorkerRelay
 from .worker_protocol import Heartbeat, Register, Registered, parse_from_worker
 
@@ -58,18 +58,10 @@ class WorkerSocket:
         if not isinstance(message, Register):
             await self._refuse("the first message must be worker.register")
             return False
-        existing = {w.info.worker_id: w for w in await self.ctx.registry.workers()}
-        if message.worker_id in existing:
+        if await self._registered(message.worker_id) is not None:
             await self._refuse(f"worker id {message.worker_id!r} is already registered and alive")
             return False
-        self.info = WorkerInfo(
-            worker_id=message.worker_id,
-            slots=message.slots,
-            capabilities=message.capabilities,
-            labels=message.labels,
-            region=message.region,
-            replica=self.ctx.replica_id,
-        )
+        self.info = message.info(self.ctx.replica_id)
         self.relay = WorkerRelay(self.ctx, message.worker_id)
         await self.ctx.bus.subscribe(worker_channel(message.worker_id), self._to_socket)
         await self.relay.register(self.info)
@@ -90,10 +82,12 @@ class WorkerSocket:
     async def _still_mine(self) -> bool:
         """Only the socket a worker registered through may unregister it."""
         assert self.info is not None
-        for status in await self.ctx.registry.workers():
-            if status.info.worker_id == self.info.worker_id:
-                return status.info.replica == self.info.replica
-        return False
+        status = await self._registered(self.info.worker_id)
+        return status is not None and status.info.replica == self.info.replica
+
+    async def _registered(self, worker_id: str) -> WorkerStatus | None:
+        workers = await self.ctx.registry.workers()
+        return next((w for w in workers if w.info.worker_id == worker_id), None)
 
     async def _to_socket(self, message: dict[str, Any]) -> None:
         await self._send_text(json.dumps(message))

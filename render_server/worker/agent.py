@@ -14,7 +14,6 @@ from ..signaling.auth import SUBPROTOCOL
 from ..signaling.messages import ProtocolError, encode_message
 from ..signaling.worker_protocol import FromWorker, Registered, parse_to_worker
 from .local import LocalWorker
-from .serial import KeyedSerializer
 from .service import WorkerService
 
 log = logging.getLogger(__name__)
@@ -73,20 +72,19 @@ class WorkerAgent:
             self._ws = ws
             await ws.send_str(encode_message(self.service.registration()))
             beat = asyncio.get_running_loop().create_task(self._heartbeats(ws))
-            serial = KeyedSerializer()
             try:
                 async for msg in ws:
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         break
-                    self._dispatch(serial, msg.data)
+                    self._dispatch(msg.data)
             finally:
                 beat.cancel()
-                await serial.drain()
+                await self.service.drain()
                 self._ws = None
             if ws.close_code not in (None, 1000):
                 log.warning("worker.disconnected", extra={"code": ws.close_code})
 
-    def _dispatch(self, serial: KeyedSerializer, data: str) -> None:
+    def _dispatch(self, data: str) -> None:
         try:
             message = parse_to_worker(data)
         except ProtocolError as exc:
@@ -103,8 +101,7 @@ class WorkerAgent:
             self.registered.set()
             log.info("worker.registered", extra={"worker": message.worker_id, "url": self.url})
             return
-        key = getattr(message, "session_id", "")
-        serial.submit(key, lambda: self.service.handle(message))
+        self.service.submit(message)
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while not ws.closed:

@@ -16,23 +16,28 @@ from ..signaling.context import SignalingContext, worker_channel
 from ..signaling.messages import ProtocolError
 from ..signaling.registry import WorkerInfo
 from ..signaling.relay import WorkerRelay
-from ..signaling.worker_protocol import FromWorker, Register, parse_to_worker
+from ..signaling.worker_protocol import FromWorker, parse_to_worker
 from .local import LocalWorker
-from .serial import KeyedSerializer
 from .service import WorkerService
 
 log = logging.getLogger(__name__)
 
 
 class EmbeddedWorker:
-    def __init__(self, ctx: SignalingContext, worker: LocalWorker, heartbeat_s: float) -> None:
+    def __init__(
+        self,
+        ctx: SignalingContext,
+        worker: LocalWorker,
+        heartbeat_s: float,
+        labels: tuple[str, ...] = (),
+        region: str | None = None,
+    ) -> None:
         self.ctx = ctx
         self.worker = worker
         self.heartbeat_s = heartbeat_s
         self.relay = WorkerRelay(ctx, worker.worker_id)
-        self.service = WorkerService(worker, self._from_worker)
+        self.service = WorkerService(worker, self._from_worker, labels, region)
         self._beat: asyncio.Task[None] | None = None
-        self._serial = KeyedSerializer()
 
     async def start(self) -> None:
         await self.ctx.bus.subscribe(worker_channel(self.worker.worker_id), self._to_worker)
@@ -46,9 +51,7 @@ class EmbeddedWorker:
         await self.ctx.bus.unsubscribe(worker_channel(self.worker.worker_id))
 
     def _info(self) -> WorkerInfo:
-        reg: Register = self.service.registration()
-        return WorkerInfo(reg.worker_id, reg.slots, reg.capabilities, reg.labels, reg.region,
-                          self.ctx.replica_id)  # fmt: skip
+        return self.service.registration().info(self.ctx.replica_id)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -56,9 +59,7 @@ class EmbeddedWorker:
             await self.relay.heartbeat(self._info(), self.service.heartbeat().load)
 
     async def _to_worker(self, doc: dict[str, Any]) -> None:
-        message = parse_to_worker(json.dumps(doc))
-        key = getattr(message, "session_id", "")
-        self._serial.submit(key, lambda: self.service.handle(message))
+        self.service.submit(parse_to_worker(json.dumps(doc)))
 
     async def _from_worker(self, message: FromWorker) -> None:
         with contextlib.suppress(ProtocolError):  # in process, there is nobody to forge

@@ -29,6 +29,7 @@ from ..signaling.worker_protocol import (
 )
 from ..signaling.workers import SessionNegotiationError
 from .local import LocalWorker
+from .serial import KeyedSerializer
 from .session import StreamSession
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,17 @@ class WorkerService:
         self.region = region
         self.sessions: dict[str, StreamSession] = {}
         self._opening: set[str] = set()
+        # one session's messages in order, different sessions' at once
+        self._serial = KeyedSerializer()
+
+    def submit(self, message: ToWorker) -> None:
+        """Handle `message` after the earlier ones for the same session."""
+        key = getattr(message, "session_id", "")
+        self._serial.submit(key, lambda: self.handle(message))
+
+    async def drain(self) -> None:
+        """Wait for every message submitted so far to be handled."""
+        await self._serial.drain()
 
     def registration(self) -> Register:
         return Register(
@@ -67,9 +79,7 @@ class WorkerService:
     async def handle(self, message: ToWorker) -> None:
         if isinstance(message, OpenSession):
             await self._open(message)
-        elif isinstance(message, Registered):
-            log.info("worker.registered", extra={"worker": message.worker_id})
-        else:
+        elif not isinstance(message, Registered):  # the agent takes that one itself
             session = self.sessions.get(message.session_id)
             if session is None:
                 if not isinstance(message, CloseSession):

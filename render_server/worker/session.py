@@ -280,11 +280,10 @@ class StreamSession:
         self.frames += 1
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
-        bitrate = self.pipeline.last.bitrate
-        if bitrate != self._reported_bitrate:
-            self.metrics.encoder_bitrate.inc(bitrate - self._reported_bitrate)
-            self._reported_bitrate = bitrate
-        if self.pipeline.last.keyframe:
+        if last.bitrate != self._reported_bitrate:
+            self.metrics.encoder_bitrate.inc(last.bitrate - self._reported_bitrate)
+            self._reported_bitrate = last.bitrate
+        if last.keyframe:
             self.metrics.keyframes.labels("start" if self.frames == 1 else "request").inc()
 
     def _on_receiver_estimate(self, bitrate: int) -> None:

@@ -23,8 +23,8 @@ class EncodedVideoTrack(MediaStreamTrack):
     Frames follow the stream's frame rate. Ticks that were missed (a slow frame) are dropped
     rather than queued: the next frame shows the newest camera, never a backlog. While the
     picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given);
-    input (`poke`) then starts a frame
-    at once, no sooner than one frame interval after the last, instead of waiting for a tick.
+    input (`poke`) then starts a frame at once, no sooner than one frame interval after the
+    last, instead of waiting for a tick.
     """
 
     kind = "video"
