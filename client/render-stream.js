@@ -266,11 +266,13 @@ export class RenderStream extends EventTarget {
         this._ready.reject(new RenderStreamError('ended', `session ended: ${message.reason}`));
         break;
       case 'error':
-        this.dispatchEvent(new CustomEvent('error', { detail: message }));
+        // `_fail` dispatches the `error` event itself; an error the stream survives, here
         if (this.state === State.CONNECTING || this.state === State.QUEUED) {
           this._fail(message.code, message.message);
         } else if (this.state === State.RECONNECTING && FINAL_RESUME_ERRORS.has(message.code)) {
           this._fail(message.code, `cannot resume the session: ${message.message}`);
+        } else {
+          this.dispatchEvent(new CustomEvent('error', { detail: message }));
         }
         break;
       default:

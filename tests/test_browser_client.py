@@ -440,3 +440,23 @@ def test_type_declarations_match_the_modules(chromium: Any, designer_url: str) -
     }
     assert methods == declared, f"methods {sorted(methods)} but declared {sorted(declared)}"
     page.context.close()
+
+
+def test_a_refused_start_is_one_error_event(chromium: Any, designer_url: str) -> None:
+    """The server refuses the session (malformed requirements): the stream fails, and its
+    listeners hear of it once, not once from the message and again from the failure."""
+    page = new_page(chromium)
+    page.goto(designer_url + "/client/examples/index.html")
+    outcome = page.evaluate("""async () => {
+      const { RenderStream } = await import('/client/render-stream.js');
+      const box = document.createElement('div');
+      document.body.append(box);
+      const stream = new RenderStream(box, { requirements: { labels: ['not a label!'] } });
+      const errors = [];
+      stream.addEventListener('error', ({ detail }) => errors.push(detail.code));
+      const failed = await stream.start().then(() => null, (e) => e.code);
+      await new Promise((resolve) => setTimeout(resolve, 300));  // anything dispatched late
+      return { failed, errors, state: stream.state };
+    }""")
+    assert outcome == {"failed": "bad_message", "errors": ["bad_message"], "state": "error"}
+    page.context.close()
