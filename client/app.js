@@ -1,10 +1,10 @@
 // The designer page: a full-window stream with a toolbar (quality, bitrate cap, mouse capture,
 // stats, fullscreen) and a stats panel. Everything stream-related lives in the SDK.
-import { RenderStream, STAGES, State } from './render-stream.js';
+import { NO_BITRATE_CAP, RenderStream, STAGES, State, parseSize } from './render-stream.js';
+import { showStatus } from './status.js';
 
 const $ = (id) => document.getElementById(id);
 const stage = $('stage');
-const statusBox = $('status');
 
 // a token, where the server asks for one, comes in the URL's fragment (#token=...): the
 // fragment never leaves the browser, so it lands in no server log
@@ -12,11 +12,8 @@ const fragment = new URLSearchParams(location.hash.slice(1));
 const stream = new RenderStream(stage, { token: fragment.get('token') });
 window.renderStream = stream;  // for tests and the browser console
 
-function showStatus(text, isError = false) {
-  statusBox.textContent = text;
-  statusBox.classList.toggle('hidden', !text);
-  statusBox.classList.toggle('error', isError);
-}
+// while streaming, the status line says only how to release a captured mouse
+const streamingStatus = (locked) => (locked ? 'Mouse captured: Esc releases it' : '');
 
 const REASONS = {
   signaling_lost: 'the connection to the server dropped',
@@ -28,7 +25,7 @@ stream.addEventListener('state', ({ detail }) => {
   document.body.dataset.state = detail.state;
   switch (detail.state) {
     case State.CONNECTING: showStatus('Connecting…'); break;
-    case State.STREAMING: showStatus(stream.capture?.locked ? 'Mouse captured: Esc releases it' : ''); break;
+    case State.STREAMING: showStatus(streamingStatus(stream.capture?.locked)); break;
     case State.QUEUED: showStatus('Every worker is busy: waiting in line…'); break;
     case State.RECONNECTING: showStatus(`Reconnecting (${REASONS[detail.reason] || detail.reason})…`); break;
     case State.ENDED: showStatus(`Session ended (${detail.reason || 'closed'}). Reload to start again.`); break;
@@ -97,13 +94,12 @@ stream.addEventListener('error', ({ detail }) => console.warn('render-server:', 
 
 function wantedQuality() {
   const choice = $('quality').value;
-  const size = /^(\d+)x(\d+)$/.exec(choice);
+  const size = parseSize(choice);
   const initial = stream.session || {};
   const base = choice === 'window' ? { matchWindow: true }
-    : size ? { width: Number(size[1]), height: Number(size[2]) }
-      : { width: initial.width, height: initial.height, fps: initial.fps };
+    : size || { width: initial.width, height: initial.height, fps: initial.fps };
   // "Auto" lifts any cap: the worker clamps to its own configured bitrate
-  return { ...base, maxKbps: Number($('bitrate').value) || 1000000 };
+  return { ...base, maxKbps: Number($('bitrate').value) || NO_BITRATE_CAP };
 }
 
 async function applyQuality() {
@@ -121,7 +117,7 @@ $('lock').addEventListener('click', () => stream.capture.lock().then(() => stage
 stage.addEventListener('pointerlockchange', ({ detail }) => {
   document.body.classList.toggle('locked', detail.locked);
   $('lock').textContent = detail.locked ? 'Esc releases the mouse' : 'Capture mouse';
-  if (stream.state === State.STREAMING) showStatus(detail.locked ? 'Mouse captured: Esc releases it' : '');
+  if (stream.state === State.STREAMING) showStatus(streamingStatus(detail.locked));
 });
 
 $('toggle-stats').addEventListener('click', () => {

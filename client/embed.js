@@ -3,10 +3,10 @@
 // the server's own or one the server allows (--allow-origin), may talk to the stream; everything
 // else is ignored and counted.
 import { RenderStream } from './render-stream.js';
+import { showStatus } from './status.js';
 
 const MARK = 'renderStream';
 const stage = document.getElementById('stage');
-const statusBox = document.getElementById('status');
 const meta = document.querySelector('meta[name="render-server-allowed-origins"]');
 const allowed = new Set([location.origin, ...(meta?.content || '').split(/\s+/).filter(Boolean)]);
 const parentOrigin = location.ancestorOrigins?.length
@@ -17,12 +17,6 @@ const fragment = new URLSearchParams(location.hash.slice(1));
 
 const embed = { stream: null, ignoredMessages: 0, parentOrigin };
 window.renderEmbed = embed;  // for tests and the console
-
-function showStatus(text, isError = false) {
-  statusBox.textContent = text;
-  statusBox.classList.toggle('hidden', !text);
-  statusBox.classList.toggle('error', isError);
-}
 
 function post(message) {
   // never '*': the figures and results go to the one parent that is allowed to see them

@@ -65,7 +65,8 @@ export class InputCapture {
     this._off = [];
   }
 
-  _unit() { return this.surface.getBoundingClientRect().height || 1; }
+  /** The unit of coordinates and deltas: the surface's height in CSS pixels. */
+  _unit(rect = this.surface.getBoundingClientRect()) { return rect.height || 1; }
 
   _pointerDown(event) {
     if (event.pointerType === 'touch') return;  // touch has its own handlers
@@ -80,7 +81,7 @@ export class InputCapture {
 
   _pointer(action, event) {
     const rect = this.surface.getBoundingClientRect();
-    const h = rect.height || 1;
+    const h = this._unit(rect);
     const locked = this.locked;
     this.stream.sendInput({
       type: 'pointer', action,
@@ -106,7 +107,7 @@ export class InputCapture {
   _touch(action, event) {
     event.preventDefault();
     const rect = this.surface.getBoundingClientRect();
-    const h = rect.height || 1;
+    const h = this._unit(rect);
     const touches = [...event.touches].slice(0, 10).map((t) => ({
       id: t.identifier, x: (t.clientX - rect.left) / h, y: (t.clientY - rect.top) / h,
     }));

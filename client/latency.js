@@ -21,7 +21,7 @@ function percentile(sorted, p) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo);
 }
 
-function summary(values) {
+function percentiles(values) {
   const sorted = values.filter((v) => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
   return { p50: percentile(sorted, 50), p95: percentile(sorted, 95), p99: percentile(sorted, 99), count: sorted.length };
 }
@@ -32,6 +32,7 @@ export class LatencyMeter {
   /** Forget everything: a new peer connection may lead to another worker with another clock. */
   reset() {
     this._clock = [];  // {rtt, offset}: worker ms − browser ms
+    this._best = null;  // the sample of the fastest round trip in `_clock`
     this._records = new Map();  // rtp → record row
     this._shown = [];  // displayed frames still waiting for their record
     this._inputs = new Map();  // seq → browser time of the input event
@@ -48,17 +49,15 @@ export class LatencyMeter {
     if (!(rtt >= 0)) return;
     this._clock.push({ rtt, offset: message.w - (message.t + receivedAt) / 2 });
     if (this._clock.length > CLOCK_SAMPLES) this._clock.shift();
+    // once a pong, not once a displayed frame
+    this._best = this._clock.reduce((best, s) => (s.rtt < best.rtt ? s : best));
   }
 
   /** Worker clock − browser clock in ms, from the fastest recent round trip; null before any. */
-  get offset() {
-    if (!this._clock.length) return null;
-    return this._clock.reduce((best, s) => (s.rtt < best.rtt ? s : best)).offset;
-  }
+  get offset() { return this._best ? this._best.offset : null; }
 
-  get rttMs() {
-    return this._clock.length ? Math.min(...this._clock.map((s) => s.rtt)) : null;
-  }
+  /** The fastest recent round trip in ms; null before any. */
+  get rttMs() { return this._best ? this._best.rtt : null; }
 
   // -- inputs, records and displayed frames ------------------------------------------------
 
@@ -147,7 +146,7 @@ export class LatencyMeter {
   /** Percentiles (ms) of glass-to-glass, input-to-photon and every stage over the kept frames. */
   summary() {
     const stages = {};
-    for (const name of STAGES) stages[name] = summary(this.frames.map((f) => (f.stages[name] ?? null)));
+    for (const name of STAGES) stages[name] = percentiles(this.frames.map((f) => (f.stages[name] ?? null)));
     return {
       frames: this.frames.length,
       displayed: this.displayed,
@@ -155,8 +154,8 @@ export class LatencyMeter {
       unmatched: this.unmatched,
       clockOffsetMs: this.offset,
       clockRttMs: this.rttMs,
-      glassToGlass: summary(this.frames.map((f) => f.glassToGlass)),
-      inputToPhoton: summary(this.frames.map((f) => f.inputToPhoton)),
+      glassToGlass: percentiles(this.frames.map((f) => f.glassToGlass)),
+      inputToPhoton: percentiles(this.frames.map((f) => f.inputToPhoton)),
       stages,
     };
   }

@@ -3,15 +3,13 @@
 // pointer-lock (boolean), no-input (boolean). The element re-dispatches the stream's events
 // (state, queue, stats, quality, error, message) and exposes the stream as `.stream`.
 
-import { RenderStream } from './render-stream.js';
+import { RenderStream, parseSize } from './render-stream.js';
 
 const FORWARDED = ['state', 'queue', 'stats', 'quality', 'error', 'message'];
 
 function parseQuality(text, maxKbps) {
-  const quality = {};
   if (text === 'window') return 'window';
-  const size = /^(\d{2,5})x(\d{2,5})$/.exec(text || '');
-  if (size) { quality.width = Number(size[1]); quality.height = Number(size[2]); }
+  const quality = { ...parseSize(text) };
   if (maxKbps) quality.maxKbps = Number(maxKbps);
   return Object.keys(quality).length ? quality : null;
 }
@@ -34,7 +32,7 @@ export class RenderStreamElement extends HTMLElement {
     });
     for (const type of FORWARDED) {
       this.stream.addEventListener(type, (event) => {
-        this.dataset.state = this.stream.state;
+        if (type === 'state') this.dataset.state = event.detail.state;
         this.dispatchEvent(new CustomEvent(type, { detail: event.detail }));
       });
     }

@@ -21,6 +21,12 @@ export declare class RenderStreamError extends Error {
   readonly code: string;
 }
 
+/** A `maxKbps` above any worker's own cap: no cap but the worker's configured bitrate. */
+export declare const NO_BITRATE_CAP: 1000000;
+
+/** `'1280x720'` → `{width: 1280, height: 720}`; null for anything else. */
+export declare function parseSize(text: string | null | undefined): { width: number; height: number } | null;
+
 export interface Quality {
   width?: number;
   height?: number;
@@ -39,6 +45,8 @@ export interface AppliedQuality {
   maxKbps: number;
   maxWidth: number;
   maxHeight: number;
+  /** The worker could not switch to the requested format: these are the figures it kept. */
+  error?: 'format_failed';
 }
 
 export interface ReconnectPolicy {
@@ -74,6 +82,8 @@ export interface SessionInfo {
   codec: string;
   role: 'controller' | 'viewer';
   iceServers?: RTCIceServer[];
+  /** Resumes the session on a new signaling socket after this one drops. */
+  resumeToken?: string;
 }
 
 export interface StreamStats {
@@ -148,7 +158,8 @@ export declare class LatencyMeter {
 }
 
 export interface StateDetail { state: StreamState; reason: string }
-export interface ErrorDetail { code: string; message: string; id?: number }
+/** `id`: the command an error answers (`null` when it had none or an unusable one). */
+export interface ErrorDetail { code: string; message: string; id?: number | null }
 
 export interface RenderStreamEventMap {
   state: CustomEvent<StateDetail>;

@@ -24,6 +24,8 @@ export const State = Object.freeze({
 });
 
 const TERMINAL = new Set([State.ENDED, State.ERROR]);
+// states that the first displayed frame turns into `streaming`
+const AWAITING_FRAMES = new Set([State.CONNECTING, State.QUEUED, State.RECONNECTING]);
 const DEFAULT_RECONNECT = Object.freeze({ attempts: 8, baseDelayMs: 250, maxDelayMs: 4000 });
 const PEER_DISCONNECT_GRACE_MS = 1500;  // ICE "disconnected" often heals by itself
 const PEER_CONNECT_TIMEOUT_MS = 10000;
@@ -35,6 +37,9 @@ const PING_EVERY_MS = 1000;
 const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
 // errors on resume that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
+
+/** A `maxKbps` above any worker's own cap: no cap but the worker's configured bitrate. */
+export const NO_BITRATE_CAP = 1000000;
 
 /** An error from the server or the worker, with its machine-readable code. */
 export class RenderStreamError extends Error {
@@ -57,6 +62,12 @@ function normalizeQuality(quality) {
 }
 
 function even(n) { return Math.max(2, 2 * Math.floor(n / 2)); }
+
+/** `'1280x720'` → `{width: 1280, height: 720}`; null for anything else. */
+export function parseSize(text) {
+  const size = /^(\d{2,5})x(\d{2,5})$/.exec(text || '');
+  return size ? { width: Number(size[1]), height: Number(size[2]) } : null;
+}
 
 /**
  * One stream from the render server into `element`: a <video>, or any container (the SDK puts
@@ -116,6 +127,7 @@ export class RenderStream extends EventTarget {
     this._frozen = false;
     this._inputSeq = 0;
     this._pingTimer = null;
+    this._windowPeer = null;  // the peer connection that was last sent the window's size
     this.latencyMeter = new LatencyMeter();
     this._freeze = this._makeFreezeCanvas();
     this._watchSize();
@@ -253,9 +265,7 @@ export class RenderStream extends EventTarget {
         this.dispatchEvent(new CustomEvent('queue', { detail: { position: message.position } }));
         break;
       case 'session.interrupted':
-        this._freezeFrame();
-        this._setState(State.RECONNECTING, message.reason || 'worker_lost');
-        this._dropPeer();
+        this._suspend(message.reason || 'worker_lost');
         break;
       case 'answer':
         if (this.pc) await this.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp }).catch((e) => this._peerLost(`bad answer: ${e.message}`));
@@ -335,7 +345,7 @@ export class RenderStream extends EventTarget {
     // every displayed frame: the first one means streaming; each one feeds the latency meter
     const shown = (now, meta) => {
       if (pc !== this.pc) return;
-      this._onStreaming();
+      if (this.state !== State.STREAMING) this._onStreaming();
       this.latencyMeter.onFrameShown(now, meta);
       this.video.requestVideoFrameCallback(shown);
     };
@@ -355,7 +365,7 @@ export class RenderStream extends EventTarget {
   }
 
   _onStreaming() {
-    if (![State.CONNECTING, State.QUEUED, State.RECONNECTING].includes(this.state)) return;
+    if (!AWAITING_FRAMES.has(this.state)) return;
     this._attempt = 0;
     this._unfreeze();
     this._setState(State.STREAMING);
@@ -365,14 +375,19 @@ export class RenderStream extends EventTarget {
 
   _peerLost(why) {
     if (TERMINAL.has(this.state) || !this.pc) return;
-    this._freezeFrame();
-    this._dropPeer();
-    this._setState(State.RECONNECTING, 'peer_lost');
+    this._suspend('peer_lost');
     // a new offer on the same session: the worker keeps its camera, scene and encoder
     this._retry(() => {
       if (this.ws && this.ws.readyState === WebSocket.OPEN && this.session) this._negotiate();
       // without a socket, the socket's own reconnect renegotiates on `session.started`
     }, why);
+  }
+
+  /** The media is gone for now: keep its last frame on screen and wait for new media. */
+  _suspend(reason) {
+    this._freezeFrame();
+    this._dropPeer();
+    this._setState(State.RECONNECTING, reason);
   }
 
   _dropPeer() {
@@ -443,7 +458,7 @@ export class RenderStream extends EventTarget {
     const initial = this.session || {};
     // null: back to the server's default size and rate, with no cap below the worker's own
     let message = wanted ? { type: 'quality', ...wanted }
-      : { type: 'quality', width: initial.width, height: initial.height, fps: initial.fps, maxKbps: 1000000 };
+      : { type: 'quality', width: initial.width, height: initial.height, fps: initial.fps, maxKbps: NO_BITRATE_CAP };
     if (wanted?.matchWindow) message = { ...message, ...this.windowSize() };
     delete message.matchWindow;
     for (const key of Object.keys(message)) if (message[key] === undefined) delete message[key];
@@ -458,10 +473,14 @@ export class RenderStream extends EventTarget {
   }
 
   _watchSize() {
-    let timer = null;
+    // aborted by `_teardown`: no media query listener or debounce timer outlives the stream
+    this._sizeWatch = new AbortController();
+    const { signal } = this._sizeWatch;
+    this._resizeTimer = null;
     const changed = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => {
+      if (signal.aborted) return;
+      clearTimeout(this._resizeTimer);
+      this._resizeTimer = setTimeout(() => {
         if (this._wantedQuality?.matchWindow && this.input?.readyState === 'open') this._sendQuality().catch(() => {});
       }, RESIZE_DEBOUNCE_MS);
     };
@@ -472,8 +491,9 @@ export class RenderStream extends EventTarget {
     // a window dragged to a screen of another pixel density changes devicePixelRatio only;
     // the media query tells at once where the browser fires it, a slow poll catches the rest
     const watchDpr = () => {
+      if (signal.aborted) return;
       const query = matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`);
-      query.addEventListener('change', () => { changed(); watchDpr(); }, { once: true });
+      query.addEventListener('change', () => { changed(); watchDpr(); }, { once: true, signal });
     };
     watchDpr();
     let dpr = window.devicePixelRatio;
@@ -601,6 +621,8 @@ export class RenderStream extends EventTarget {
     clearTimeout(this._retryTimer);
     this._statsTimer = null;
     this._resizeObserver?.disconnect();
+    this._sizeWatch.abort();
+    clearTimeout(this._resizeTimer);
     clearInterval(this._dprTimer);
     for (const { reject, timer } of this._pending.values()) {
       clearTimeout(timer);
