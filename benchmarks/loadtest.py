@@ -46,6 +46,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
+from render_server.loadtest.server import worker_counters  # noqa: E402
 from render_server.measure.local_server import local_server  # noqa: E402
 
 ENV = {
@@ -116,11 +117,7 @@ class SteadySampler:
         while not self._stop.wait(0.5):
             with urllib.request.urlopen(self.url + "/metrics", timeout=2) as response:
                 text = response.read().decode()
-            frames = next(
-                float(line.split()[1])
-                for line in text.splitlines()
-                if line.startswith("worker_frames_encoded_total ")
-            )
+            frames = worker_counters(text)["frames"]  # worker_frames_encoded_total
             self.samples.append((time.monotonic(), cpu_seconds(self.pid), frames))
 
     def stop(self, steady_fps: float) -> tuple[float, float]:

@@ -40,6 +40,15 @@ def signaling_url(url: str) -> str:
     raise ValueError(f"{url!r} is not an http(s):// or ws(s):// URL")
 
 
+def json_object(data: str | bytes) -> dict[str, Any] | None:
+    """`data` parsed as JSON where it is a JSON object; None for anything else."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
 class SignalingClient:
     def __init__(
         self,
@@ -102,9 +111,12 @@ class SignalingClient:
 
     async def end(self, timeout: float | None = None) -> str | None:
         """Send `session.end`; with a timeout, wait that long for `session.ended` (so that
-        every frame the worker counted has arrived) and return its reason."""
-        with contextlib.suppress(Exception):
+        every frame the worker counted has arrived) and return its reason. None at once when
+        the message cannot be sent (the socket is gone: no answer will come)."""
+        try:
             await self.send({"type": "session.end"})
+        except Exception:
+            return None
         if timeout is None or self.ended is None:
             return None
         with contextlib.suppress(TimeoutError):
@@ -126,11 +138,8 @@ class SignalingClient:
             async for msg in self._ws:
                 if msg.type != aiohttp.WSMsgType.TEXT:
                     break
-                try:
-                    message = json.loads(msg.data)
-                except ValueError:
-                    continue
-                if isinstance(message, dict):
+                message = json_object(msg.data)
+                if message is not None:
                     self._dispatch(message)
         finally:
             self.closed.set()

@@ -17,7 +17,7 @@ from aiortc import RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, pack_remb_fci
 
-from .signaling_client import SignalingClient, SignalingError
+from .signaling_client import SignalingClient, SignalingError, json_object
 
 ViewerError = SignalingError  # the server refused or failed the session
 
@@ -154,14 +154,13 @@ class Viewer:
                 self.frames.put_nowait(frame)  # type: ignore[arg-type]
 
     def _on_worker_message(self, data: str | bytes) -> None:
-        with contextlib.suppress(ValueError):
-            message = json.loads(data)
-            if not isinstance(message, dict):
-                return
-            self.messages.append(message)
-            self._message_arrived.set()
-            if message.get("type") == "error":
-                self.errors.append(message)
+        message = json_object(data)
+        if message is None:
+            return
+        self.messages.append(message)
+        self._message_arrived.set()
+        if message.get("type") == "error":
+            self.errors.append(message)
 
 
 def _without_abs_send_time(sdp: str) -> str:

@@ -52,7 +52,7 @@ class LiveDisplay:
         up = progress.count("up")
         failed = progress.count("failed")
         waiting = progress.count("pending", "connecting", "queued", "negotiating")
-        total = config.ramp_s + config.duration_s
+        total = config.end_s
         table.add_row(
             f"{max(0.0, progress.elapsed_s):.0f}/{total:.0f} s",
             progress.phase,

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..worker.timing import now_ms
 from .config import LoadTestConfig
 from .server import ServerApi, worker_mode
-from .stream import END_WAIT_S, StreamProbe, StreamResult, now_ms
+from .stream import END_WAIT_S, StreamProbe, StreamResult
 
 PROGRESS_INTERVAL_S = 1.0
 START_TIMEOUT_S = 120.0  # for the processes to import aiortc and PyAV and say they are ready

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,24 +29,19 @@ from ..measure.frames import (
     h264_keyframe_nal,
     observe_receiver,
 )
-from ..measure.latency import ClockOffset, TimingRecord, parse_timing
-from ..signaling_client import SignalingClient, SignalingError
+from ..measure.latency import ClockOffset, TimingRecord, parse_timing, ping_burst, ping_every
+from ..signaling_client import SignalingClient, SignalingError, json_object
+
+# monotonic ms: the same clock in every process of a host, so the runner's start means the same
+from ..worker.timing import now_ms
 from .config import LoadTestConfig
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
-PING_BURST = 5
-PING_BURST_GAP_S = 0.02
 PING_INTERVAL_S = 1.0
 END_WAIT_S = 5.0  # after session.end, how long the worker has to answer session.ended
 MAX_WAITING = 512
 PEER_CLOSED_GRACE_S = 1.0
 MAX_FREEZE_EVENTS = 100  # records or frames waiting for their other half
-
-
-def now_ms() -> float:
-    """This process's clock, as frames' arrival times are: `time.monotonic()` in ms (the same
-    clock in every process of a host, so the runner's start time means the same everywhere)."""
-    return time.monotonic() * 1000.0
 
 
 class SamplingAssembler(FrameAssembler):
@@ -56,10 +50,16 @@ class SamplingAssembler(FrameAssembler):
     would cost the harness more than receiving it."""
 
     def __init__(self, on_frame: Callable[[ObservedFrame, bytes], None], every: int) -> None:
-        super().__init__(on_frame, keep_payload=False)
+        super().__init__(self._counted, keep_payload=False)
         self.every = every
         self.since_sample = every  # the first keyframe is sampled
+        self._deliver = on_frame
         self._last_timestamp: int | None = None
+
+    def _counted(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        """Count the frames closed since the last sample (one with bytes), then pass it on."""
+        self.since_sample = 0 if access_unit else self.since_sample + 1
+        self._deliver(frame, access_unit)
 
     def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
         if timestamp != self._last_timestamp:  # (likely) a frame's first packet
@@ -149,7 +149,6 @@ class StreamProbe:
         self._closing = False
         self._stopped = asyncio.Event()  # the stream failed or the worker ended it
         self._first_frame = asyncio.Event()
-        self._session_ended = asyncio.Event()
         self._last_frame_ms: float | None = None
         self._records: dict[int, TimingRecord] = {}  # waiting for their frame
         self._frames: dict[int, float] = {}  # rtp → last packet in, waiting for their record
@@ -185,7 +184,7 @@ class StreamProbe:
             self._fail(f"{type(exc).__name__}: {exc}")
         if self.result.state != "failed":
             self.result.state = "up"
-            pinger = asyncio.create_task(self._ping_every())
+            pinger = asyncio.create_task(ping_every(self._send, self.clock, PING_INTERVAL_S))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), max(0.0, (end_ms - now_ms()) / 1000.0))
             pinger.cancel()
@@ -232,15 +231,14 @@ class StreamProbe:
         result = self.result
         if result.state != "failed":
             result.state = "closing"
-            with contextlib.suppress(Exception):
-                await self.signaling.send({"type": "session.end"})
-                await asyncio.wait_for(self._session_ended.wait(), END_WAIT_S)
+            await self.signaling.end(END_WAIT_S)
         self._closing = True
         end = now_ms()
         if result.ended_s is None:
             result.ended_s = self._rel_s(end)
         if result.state != "failed":
-            if not self._session_ended.is_set() and result.session_id is not None:
+            ended = self.signaling.ended
+            if (ended is None or not ended.done()) and result.session_id is not None:
                 result.reason = "the worker did not confirm the end of the session"
             result.state = "closed"
             # a stream still connected whose frames stopped: its silent tail is a freeze
@@ -275,25 +273,13 @@ class StreamProbe:
         r.incomplete_frames = stats.incomplete
         r.lost_packets = stats.lost_packets
         if self.clock.samples:
-            best = self.clock.best
-            r.clock = {
-                "offset_ms": round(best.offset, 3),
-                "rtt_ms": round(best.rtt, 3),
-                "samples": len(self.clock.samples),
-            }
-            offset = best.offset
+            r.clock = self.clock.summary()
+            offset = self.clock.offset
             for r0, arrived in self._pairs:
                 r.latency_t_s.append(self._rel_s(arrived))
                 r.latency_ms.append(round(arrived + offset - r0, 3))
         if self.decoder is not None:
-            d = self.decoder.stats
-            r.decode = {
-                "offered": d.offered,
-                "decoded": d.decoded,
-                "errors": d.errors,
-                "skipped": d.skipped,
-                "sizes": {f"{w}x{h}": n for (w, h), n in sorted(d.sizes.items())},
-            }
+            r.decode = self.decoder.stats.as_dict()
 
     # -- what it counts ----------------------------------------------------------------------
 
@@ -346,13 +332,8 @@ class StreamProbe:
             else:
                 self._frames[frame.rtp] = arrived
                 _bound(self._frames)
-        if self.decoder is not None:
-            assembler = self.assembler
-            assert isinstance(assembler, SamplingAssembler)
-            assembler.since_sample += 1
-            if access_unit:
-                assembler.since_sample = 0
-                self.decoder.offer(frame, access_unit)
+        if access_unit and self.decoder is not None:  # a sample (`SamplingAssembler` counts)
+            self.decoder.offer(frame, access_unit)
 
     def _gap(self, gap_ms: float, ended_ms: float, tail: bool = False) -> None:
         r = self.result
@@ -415,15 +396,12 @@ class StreamProbe:
             request["maxKbps"] = config.max_kbps
         self.result.quality_requested = request
         self._send(request)
-        asyncio.get_running_loop().create_task(self._ping_burst())
+        asyncio.get_running_loop().create_task(ping_burst(self._send, self.clock))
 
     def _on_message(self, data: str | bytes) -> None:
         received = now_ms()
-        try:
-            message = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(message, dict):
+        message = json_object(data)
+        if message is None:
             return
         kind = message.get("type")
         if kind == "timing":
@@ -446,19 +424,6 @@ class StreamProbe:
         if channel is not None and channel.readyState == "open":
             channel.send(json.dumps(message))
 
-    def _ping(self) -> None:
-        self._send(self.clock.ping(now_ms()))
-
-    async def _ping_burst(self) -> None:
-        for _ in range(PING_BURST):
-            self._ping()
-            await asyncio.sleep(PING_BURST_GAP_S)
-
-    async def _ping_every(self) -> None:
-        while True:
-            await asyncio.sleep(PING_INTERVAL_S)
-            self._ping()
-
     def _on_signal(self, message: dict[str, Any]) -> None:
         """Server messages besides the handshake's (its failures raise out of `_open`)."""
         kind = message.get("type")
@@ -466,7 +431,6 @@ class StreamProbe:
             self.result.state = "queued"
             self.result.queued_position = message.get("position")
         elif kind == "session.ended":
-            self._session_ended.set()
             if not self._closing and self.result.state != "closing":
                 self._fail(f"the session was ended by the server ({message.get('reason')})")
         elif kind == "session.interrupted":

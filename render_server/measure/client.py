@@ -15,24 +15,17 @@ from typing import Any
 
 from aiortc import RTCPeerConnection
 
-from ..signaling_client import SignalingClient, SignalingError, signaling_url
+from ..signaling_client import SignalingClient, SignalingError, json_object
+from ..worker.timing import now_ms  # the client clock, as frames' arrival times are
 from .frames import DecodeMode, FrameAssembler, FrameDecoder, ObservedFrame, observe_receiver
-from .latency import LatencyMatcher
-
-PING_BURST = 5  # pings at the start, PING_BURST_GAP apart, before the steady one per interval
-PING_BURST_GAP = 0.02
+from .latency import LatencyMatcher, ping_burst, ping_every
 
 
 class MeasureError(RuntimeError):
     """The session could not be opened or gave nothing to measure."""
 
 
-__all__ = ["LatencyClient", "MeasureError", "measure_latency", "signaling_url"]
-
-
-def now_ms() -> float:
-    """The client clock: `time.monotonic()` in milliseconds, as frames' arrival times are."""
-    return time.monotonic() * 1000.0
+__all__ = ["LatencyClient", "MeasureError", "measure_latency"]
 
 
 class LatencyClient:
@@ -59,7 +52,6 @@ class LatencyClient:
         self.errors = self.signaling.errors  # the server's and the worker's error messages
         self.session_info: dict[str, Any] = {}
         self.pc: RTCPeerConnection | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._channel_open = asyncio.Event()
         self._first_frame = asyncio.Event()
         self._seq = 0
@@ -84,8 +76,9 @@ class LatencyClient:
 
     async def measure(self, seconds: float, settle: float = 0.5) -> dict[str, Any]:
         """Ping and drag for `seconds`, then wait `settle` seconds for the last records."""
-        await self._ping_burst()
-        pinger = asyncio.create_task(self._ping_every(self.ping_interval))
+        clock = self.matcher.clock
+        await ping_burst(self.send, clock)
+        pinger = asyncio.create_task(ping_every(self.send, clock, self.ping_interval))
         try:
             await self._drag(seconds)
             await asyncio.sleep(settle)
@@ -106,22 +99,12 @@ class LatencyClient:
             "late": stats.late,
         }
         if self.decoder is not None:
-            decoded = self.decoder.stats
-            report["decode"] = {
-                "mode": self.decoder.mode,
-                "offered": decoded.offered,
-                "decoded": decoded.decoded,
-                "errors": decoded.errors,
-                "skipped": decoded.skipped,
-                "sizes": {f"{w}x{h}": n for (w, h), n in sorted(decoded.sizes.items())},
-            }
+            report["decode"] = {"mode": self.decoder.mode, **self.decoder.stats.as_dict()}
         report["worker_errors"] = self.errors
         return report
 
     async def close(self) -> None:
         await self.signaling.end()
-        for task in self._tasks:
-            task.cancel()
         if self.pc is not None:
             await self.pc.close()
         await self.signaling.close()
@@ -146,16 +129,6 @@ class LatencyClient:
 
     def ping(self) -> None:
         self.send(self.matcher.clock.ping(now_ms()))
-
-    async def _ping_burst(self) -> None:
-        for _ in range(PING_BURST):
-            self.ping()
-            await asyncio.sleep(PING_BURST_GAP)
-
-    async def _ping_every(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            self.ping()
 
     async def _drag(self, seconds: float) -> None:
         """A left-button drag across the middle, numbered moves at `input_rate`, turning back
@@ -196,11 +169,8 @@ class LatencyClient:
 
     def _on_message(self, data: str | bytes) -> None:
         received = now_ms()
-        try:
-            message = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(message, dict):
+        message = json_object(data)
+        if message is None:
             return
         kind = message.get("type")
         if kind == "timing":

@@ -236,7 +236,6 @@ def _depayload(payloads: list[bytes]) -> bytes:
 
 
 DecodeMode = Literal["none", "keyframes", "all"]
-DECODE_MODES: Final = ("none", "keyframes", "all")
 
 
 @dataclass
@@ -246,6 +245,16 @@ class DecodeStats:
     errors: int = 0  # access units it refused
     skipped: int = 0  # dropped because the decoder fell behind
     sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # (width, height) → pictures
+
+    def as_dict(self) -> dict[str, Any]:
+        """For a report: the counts, and the pictures per size as `"WxH"`."""
+        return {
+            "offered": self.offered,
+            "decoded": self.decoded,
+            "errors": self.errors,
+            "skipped": self.skipped,
+            "sizes": {f"{w}x{h}": n for (w, h), n in sorted(self.sizes.items())},
+        }
 
 
 class FrameDecoder:

@@ -13,12 +13,14 @@ splits each frame's time into stages that add up to the total exactly:
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
+from ..worker.timing import now_ms
 from .frames import ObservedFrame
 
 FRAME_STAGES: Final = ("render", "encode", "send", "network")
@@ -106,6 +108,8 @@ class ClockSample:
 
 
 MAX_PENDING_PINGS = 64
+PING_BURST: Final = 5  # pings at the start, PING_BURST_GAP_S apart, before the steady ones
+PING_BURST_GAP_S: Final = 0.02
 
 
 class ClockOffset:
@@ -114,6 +118,7 @@ class ClockOffset:
 
     def __init__(self, window: int = 20) -> None:
         self.samples: deque[ClockSample] = deque(maxlen=window)
+        self._best: ClockSample | None = None  # the smallest round trip among `samples`
         self._pending: dict[int, float] = {}  # ping id → when it left
         self._next_id = 0
 
@@ -139,12 +144,14 @@ class ClockOffset:
         if received_ms < sent_ms:
             raise ValueError("a pong cannot arrive before its ping left")
         self.samples.append(ClockSample(sent_ms, worker_ms, received_ms))
+        # once per pong, not per frame: the best may just have left the window
+        self._best = min(self.samples, key=lambda sample: sample.rtt)
 
     @property
     def best(self) -> ClockSample:
-        if not self.samples:
+        if self._best is None:
             raise LookupError("no ping answered yet: the clocks are not aligned")
-        return min(self.samples, key=lambda sample: sample.rtt)
+        return self._best
 
     @property
     def offset(self) -> float:
@@ -152,6 +159,31 @@ class ClockOffset:
 
     def to_worker(self, client_ms: float) -> float:
         return client_ms + self.offset
+
+    def summary(self) -> dict[str, float]:
+        """The alignment in use, for a report: its offset and round trip, and the samples."""
+        best = self.best
+        return {
+            "offset_ms": round(best.offset, 3),
+            "rtt_ms": round(best.rtt, 3),
+            "samples": len(self.samples),
+        }
+
+
+async def ping_burst(send: Callable[[dict[str, Any]], None], clock: ClockOffset) -> None:
+    """`PING_BURST` pings through `send`, `PING_BURST_GAP_S` apart: a first alignment."""
+    for _ in range(PING_BURST):
+        send(clock.ping(now_ms()))
+        await asyncio.sleep(PING_BURST_GAP_S)
+
+
+async def ping_every(
+    send: Callable[[dict[str, Any]], None], clock: ClockOffset, interval: float
+) -> None:
+    """A ping through `send` every `interval` seconds, until cancelled."""
+    while True:
+        await asyncio.sleep(interval)
+        send(clock.ping(now_ms()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +330,7 @@ class LatencyMatcher:
         """The summary: counts, the clock alignment, and percentiles of each stage."""
         frames = self.frame_breakdowns()
         inputs = self.input_breakdowns()
-        best = self.clock.best
+        clock = self.clock.summary()
         stages: dict[str, Any] = {
             "input": percentiles(b.input for b in inputs),
             "wait": percentiles(b.wait for b in inputs),
@@ -318,16 +350,8 @@ class LatencyMatcher:
             "bad_records": self.bad_records,
             "inputs": len(self.inputs),
             "inputs_answered": len(inputs),
-            "clock": {
-                "offset_ms": round(best.offset, 3),
-                "rtt_ms": round(best.rtt, 3),
-                "samples": len(self.clock.samples),
-            },
+            "clock": clock,
             "glass_to_glass": percentiles(b.total for b in frames),
             "input_to_frame": percentiles(b.total for b in inputs),
             "stages": stages,
         }
-
-
-def breakdown_dict(breakdown: FrameBreakdown | InputBreakdown) -> dict[str, Any]:
-    return asdict(breakdown)
