@@ -14,6 +14,7 @@ from .config import (
     ENCODERS,
     NVENC_INPUTS,
     NVENC_PRESETS,
+    PLAYOUT_DELAYS,
     RENDERERS,
     ConfigError,
     Resolution,
@@ -125,7 +126,7 @@ def _stream_options(p: argparse.ArgumentParser) -> None:
         "(default: half of --fps)",
     )  # fmt: skip
     g.add_argument(
-        "--playout-delay", choices=("low", "zero", "off"), default=_env("playout_delay", "low"),
+        "--playout-delay", choices=PLAYOUT_DELAYS, default=_env("playout_delay", "low"),
         help="what browsers are asked to do with frames (RTP playout-delay): low = their "
         "low-latency renderer, zero = show at once, off = their own smoothing (%(default)s)",
     )  # fmt: skip

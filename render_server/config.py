@@ -18,6 +18,8 @@ RENDERERS: tuple[RendererName, ...] = ("auto", "cuda", "cpu")
 ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264", "replay")
 NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
 NvencInput = Literal["device", "host"]
+PlayoutDelay = Literal["low", "zero", "off"]  # see worker/playout_delay.py
+PLAYOUT_DELAYS: tuple[PlayoutDelay, ...] = ("low", "zero", "off")
 NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 
 # H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
@@ -105,13 +107,13 @@ class StreamConfig:
     idle_fps: float | None = None  # repeats of a still picture; None: half of `fps`
     # the RTP playout-delay the browser is asked for: low (its low-latency renderer), zero
     # (show at once), off (its own smoothing); see worker/playout_delay.py
-    playout_delay: Literal["low", "zero", "off"] = "low"
+    playout_delay: PlayoutDelay = "low"
     # test-only: milliseconds added to a pipeline stage, to check that the latency figures
     # put them where they belong (RENDER_SERVER_DEBUG_DELAY_MS="render=40")
     debug_delays_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.playout_delay not in ("low", "zero", "off"):
+        if self.playout_delay not in PLAYOUT_DELAYS:
             raise ConfigError(f"playout delay {self.playout_delay!r} is not low, zero or off")
         if self.idle_fps is not None and not (0.5 <= self.idle_fps <= MAX_FPS):
             raise ConfigError(f"idle fps {self.idle_fps} is outside 0.5..{MAX_FPS}")

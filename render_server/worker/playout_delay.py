@@ -65,7 +65,6 @@ class PlayoutDelayExtensionsMap(HeaderExtensionsMap):
         return pack_header_extensions(extensions)
 
 
-PLAYOUT_DELAYS = ("low", "zero", "off")
 _BOUNDS_10MS = {"low": (0, 50), "zero": (0, 0)}
 
 
