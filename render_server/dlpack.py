@@ -19,7 +19,6 @@ from typing import Any, Final
 
 KDL_CPU: Final = 1
 KDL_CUDA: Final = 2
-KDL_CUDA_HOST: Final = 3  # pinned host memory
 _KDL_UINT: Final = 1
 _NAME: Final = b"dltensor"  # lives as long as the module: capsules keep a pointer to it
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -39,7 +38,6 @@ class ReplayClip:
     fps: float
     bitrate: int
     units: tuple[bytes, ...]  # access units, Annex B; units[0] is an IDR with SPS/PPS
-    build_s: float
 
     @property
     def bytes_per_loop(self) -> int:
@@ -62,7 +60,6 @@ def replay_clip(scene: Scene, resolution: Resolution, fps: float, bitrate: int) 
 
 
 def _build_clip(scene: Scene, resolution: Resolution, fps: float, bitrate: int) -> ReplayClip:
-    t0 = time.perf_counter()
     width, height = resolution.width, resolution.height
     renderer = CpuRenderer(scene, width, height)
     converter = YuvConverter(width, height)
@@ -83,7 +80,7 @@ def _build_clip(scene: Scene, resolution: Resolution, fps: float, bitrate: int) 
             units.append(bytes(packet))
     finally:
         encoder.close()
-    return ReplayClip(resolution, fps, bitrate, tuple(units), time.perf_counter() - t0)
+    return ReplayClip(resolution, fps, bitrate, tuple(units))
 
 
 class ReplayEncoder:

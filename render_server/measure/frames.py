@@ -14,7 +14,6 @@ at the NAL header; payload bytes are kept only while a `FrameDecoder` wants them
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -26,8 +25,6 @@ import av
 from aiortc import RTCRtpReceiver
 from aiortc.codecs.h264 import H264PayloadDescriptor
 from aiortc.rtp import RtpPacket, unwrap_rtx
-
-logger = logging.getLogger(__name__)
 
 NAL_IDR: Final = 5
 NAL_SPS: Final = 7
