@@ -27,8 +27,8 @@ from collections.abc import Callable
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # the CPU renderer's target: one core
 
 from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene  # noqa: E402
-from render_server.render.cuda import CudaRenderer, CudaUnavailable  # noqa: E402
-from render_server.render.cuda_emulation import sphere_field  # noqa: E402
+from render_server.render.cuda.emulation import sphere_field  # noqa: E402
+from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable  # noqa: E402
 
 
 def median_p95(values: list[float]) -> tuple[float, float]:

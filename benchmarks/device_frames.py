@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from render_server import dlpack
 from render_server.render import default_scene
-from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler
+from render_server.render.cuda import dlpack
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
 
 SIZES = ((1280, 720), (1920, 1080), (3840, 2160))
 

@@ -37,13 +37,13 @@ import numpy as np
 from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 
-from render_server.measure.browser import measure_in_chromium
-from render_server.measure.client import measure_latency
-from render_server.measure.frames import h264_keyframe_nal
-from render_server.measure.local_server import local_server
-from render_server.worker.timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
+from render_server.tools.local_server import local_server
+from render_server.tools.measure.browser import measure_in_chromium
+from render_server.tools.measure.client import measure_latency
+from render_server.tools.measure.frames import h264_keyframe_nal
+from render_server.transport.timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
 
-CLIENT_DIR = Path(__file__).resolve().parent.parent / "client"
+CLIENT_DIR = Path(__file__).resolve().parent.parent / "render_server" / "client"
 PATTERN_FRAMES = 60
 TIMING_EVERY_S = 0.1
 

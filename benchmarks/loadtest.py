@@ -46,8 +46,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
-from render_server.loadtest.server import worker_counters  # noqa: E402
-from render_server.measure.local_server import local_server  # noqa: E402
+from render_server.tools.loadtest.server import worker_counters  # noqa: E402
+from render_server.tools.local_server import local_server  # noqa: E402
 
 ENV = {
     **os.environ,
@@ -202,7 +202,7 @@ async def _stock_receivers(conn: Any, streams: int, hold: float) -> tuple[int, f
     packets received in the measured window and its length."""
     from aiortc import RTCPeerConnection, RTCSessionDescription
 
-    from render_server.measure.frames import FrameAssembler, observe_receiver
+    from render_server.tools.measure.frames import FrameAssembler, observe_receiver
 
     assemblers = []
     pcs = []

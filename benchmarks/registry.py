@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.asyncio as aioredis  # noqa: E402
 
-from render_server.signaling.bus import Message, RedisBus  # noqa: E402
-from render_server.signaling.redis_registry import RedisRegistry  # noqa: E402
-from render_server.signaling.registry import (  # noqa: E402
+from render_server.signaling.state.bus import Message, RedisBus  # noqa: E402
+from render_server.signaling.state.redis_registry import RedisRegistry  # noqa: E402
+from render_server.signaling.state.registry import (  # noqa: E402
     Claim,
     MemoryRegistry,
     Registry,

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 
-from render_server.viewer import Viewer
+from render_server.tools.viewer import Viewer
 
 
 def cpu_seconds(pid: int) -> float:

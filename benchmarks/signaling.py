@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from render_server.worker.fake import FakeWorker  # noqa: E402
+from tests.fake_worker import FakeWorker  # noqa: E402
 from tests.processes import (  # noqa: E402
     Process,
     SignalClient,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 ENV_PREFIX = "RENDER_SERVER_"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 RendererName = Literal["auto", "cuda", "cpu"]
 EncoderName = Literal["auto", "nvenc", "x264", "replay"]
@@ -173,7 +173,7 @@ class ServerConfig:
     slots: int = 2
     allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
     ice_servers: tuple[str, ...] = ()  # stun: URLs handed to both peers
-    client_dir: Path = REPO_ROOT / "client"
+    client_dir: Path = PACKAGE_DIR / "client"  # the web client, served at /client/
     log_format: Literal["text", "json"] = "text"
     embedded_worker: bool = True  # serve: yes; signaling: no
     labels: tuple[str, ...] = ()  # of the embedded worker
@@ -216,7 +216,7 @@ class ServerConfig:
     def auth_required(self) -> bool:
         if self.auth != "auto":
             return self.auth == "on"
-        from .signaling.origin import is_loopback
+        from render_server.signaling.origin import is_loopback
 
         return not (self.embedded_worker and is_loopback(self.host))
 

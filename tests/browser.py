@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from render_server.measure.browser import CHROMIUM_ARGS as MEASURE_CHROMIUM_ARGS
-from render_server.measure.browser import find_chromium
-from render_server.measure.client import MeasureError
-from render_server.measure.local_server import free_port, local_server
+from render_server.tools.local_server import free_port, local_server
+from render_server.tools.measure.browser import CHROMIUM_ARGS as MEASURE_CHROMIUM_ARGS
+from render_server.tools.measure.browser import find_chromium
+from render_server.tools.measure.client import MeasureError
 
 __all__ = ["CHROMIUM_ARGS", "chromium_path", "free_port", "serve_process"]
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from render_server.backends import BackendUnavailable, choose_backends
-from render_server.config import Resolution, StreamConfig
-from render_server.gpu import (
+from render_server.backends.choice import BackendUnavailable, choose_backends
+from render_server.backends.gpu import (
     CudaStatus,
     GpuDevice,
     NvencStatus,
@@ -22,6 +21,7 @@ from render_server.gpu import (
     probe_cuda,
     probe_nvenc,
 )
+from render_server.config import Resolution, StreamConfig
 from render_server.metrics import Metrics
 from render_server.render import default_scene
 from render_server.worker.local import LocalWorker
@@ -141,7 +141,7 @@ def test_a_session_falls_back_to_x264_when_nvenc_will_not_open(
 ) -> None:
     """auto chose NVENC at start, but a later session cannot open one (a consumer GPU's session
     limit, a driver reset): that session encodes with libx264 instead of failing."""
-    from render_server.backends import Backends
+    from render_server.backends.choice import Backends
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # NVENC really cannot open now
     backends = Backends("cpu", "nvenc", "test", "probed earlier", encoder_requested="auto")

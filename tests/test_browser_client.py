@@ -26,7 +26,7 @@ from .threaded_server import ThreadedServer, threaded_server
 
 pytestmark = pytest.mark.browser
 
-CLIENT = Path(__file__).parent.parent / "client"
+CLIENT = Path(__file__).parent.parent / "render_server" / "client"
 VIEWPORT = {"width": 960, "height": 540}
 STREAMING = "body[data-state='streaming']"
 

@@ -1,6 +1,6 @@
 import pytest
 
-from render_server.cli import build_parser, serve_config
+from render_server.cli.main import build_parser, serve_config
 from render_server.config import (
     ConfigError,
     Resolution,

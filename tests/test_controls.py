@@ -7,9 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from render_server.render import OrbitCamera
-from render_server.worker.controls import CameraController
-from render_server.worker.input_events import (
+from render_server.protocol.data_channel import (
     BlurEvent,
     GamepadEvent,
     KeyEvent,
@@ -18,6 +16,8 @@ from render_server.worker.input_events import (
     TouchPoint,
     WheelEvent,
 )
+from render_server.render import OrbitCamera
+from render_server.stream.controls import CameraController
 
 
 @pytest.fixture

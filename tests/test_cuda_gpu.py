@@ -10,13 +10,13 @@ import pytest
 
 from render_server.encode.convert import rgb_to_yuv420
 from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
-from render_server.render.cuda import (
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler, sphere_field
+from render_server.render.cuda.renderer import (
     CudaRenderer,
     CudaUnavailable,
     PyCudaBackend,
     share_primary_context,
 )
-from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler, sphere_field
 
 from .test_cuda_kernels import MIN_PSNR, cameras, double_sided_sheet, psnr, sheet_camera
 

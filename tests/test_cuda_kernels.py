@@ -1,5 +1,5 @@
 """The CUDA kernels without a GPU: nvcc compiles them, and their host build draws what the CPU
-renderer draws (render_server/render/cuda_emulation.py runs the same sources and launch
+renderer draws (render_server/render/cuda/emulation.py runs the same sources and launch
 sequence on the host)."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from render_server.render import (
     default_scene,
     load_scene,
 )
-from render_server.render.cuda import (
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler, coverage
+from render_server.render.cuda.renderer import (
     KERNELS,
     NVCC_OPTIONS,
     SHADER_FILES,
@@ -35,7 +36,6 @@ from render_server.render.cuda import (
     CudaUnavailable,
     shader_defines,
 )
-from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler, coverage
 
 WIDTH, HEIGHT = 320, 180
 MIN_PSNR = 40.0  # the requirement; the emulation reaches about 100 dB (a pixel or two off by 1)
@@ -283,7 +283,7 @@ def test_conversion_equals_the_cpu_conversion(
 
 
 def test_the_module_imports_without_pycuda() -> None:
-    code = "import sys, render_server.render.cuda; sys.exit('pycuda' in sys.modules)"
+    code = "import sys, render_server.render.cuda.renderer; sys.exit('pycuda' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

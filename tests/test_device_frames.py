@@ -14,19 +14,19 @@ import av
 import numpy as np
 import pytest
 
-from render_server import dlpack
-from render_server.backends import Backends, choose_backends
+from render_server.backends.choice import Backends, choose_backends
+from render_server.backends.gpu import CudaStatus, GpuDevice, NvencStatus
 from render_server.config import Resolution, StreamConfig, default_bitrate
 from render_server.encode.nvenc import create_nvenc_encoder
 from render_server.encode.x264 import create_x264_encoder
-from render_server.gpu import CudaStatus, GpuDevice, NvencStatus
 from render_server.metrics import Metrics
 from render_server.render import OrbitCamera, Scene, default_scene
-from render_server.render import cuda as cuda_module
-from render_server.render.cuda import DEVICE_FRAMES
-from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler
+from render_server.render.cuda import dlpack
+from render_server.render.cuda import renderer as cuda_module
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
+from render_server.render.cuda.renderer import DEVICE_FRAMES
+from render_server.stream.pictures import CudaPictures, nvenc_on_device
 from render_server.worker.local import LocalWorker
-from render_server.worker.pictures import CudaPictures, nvenc_on_device
 
 from .test_encoder import psnr
 

@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 
-from render_server import dlpack
-from render_server.dlpack import KDL_CPU, KDL_CUDA, BufferView
+from render_server.render.cuda import dlpack
+from render_server.render.cuda.dlpack import KDL_CPU, KDL_CUDA, BufferView
 
 
 def view_of(array: np.ndarray) -> BufferView:

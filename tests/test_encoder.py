@@ -5,7 +5,7 @@ import pytest
 from render_server.config import Resolution, default_bitrate
 from render_server.encode import YuvConverter, create_x264_encoder, rgb_to_yuv420
 from render_server.encode.h264_bitstream import NAL_IDR, is_self_contained_idr, nal_unit_types
-from render_server.worker.keyframes import KeyframeGate
+from render_server.stream.keyframes import KeyframeGate
 
 RES = Resolution(1280, 720)
 FPS = 30.0

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from render_server.signaling.messages import ProtocolError, parse_client_message
-from render_server.worker.input_events import INPUT_TYPES, InputError, parse_input
+from render_server.protocol.data_channel import INPUT_TYPES, InputError, parse_input
+from render_server.protocol.signaling import ProtocolError, parse_client_message
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +21,8 @@ def live_server() -> Iterator[str]:
     """The one-process server in a thread of its own (hypothesis drives it synchronously)."""
     from aiohttp import web
 
+    from render_server.cli.serve import build_app
     from render_server.config import Resolution, ServerConfig, StreamConfig
-    from render_server.serve import build_app
 
     from .browser import free_port
 

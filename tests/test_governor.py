@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from render_server.worker.governor import FrameRateGovernor, SecondOfFrames
+from render_server.stream.governor import FrameRateGovernor, SecondOfFrames
 
 
 def overloaded(fps: float) -> SecondOfFrames:

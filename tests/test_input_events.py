@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from render_server.worker.input_events import (
+from render_server.protocol.data_channel import (
     BlurEvent,
     CommandError,
     GamepadEvent,

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from render_server.cli import build_parser
-from render_server.latency_cli import format_report
+from render_server.cli.latency import format_report
+from render_server.cli.main import build_parser
 
 from .browser import serve_process
 

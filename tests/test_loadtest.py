@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from render_server.config import Resolution
-from render_server.loadtest.config import LoadTestConfig
-from render_server.loadtest.report import write_report
-from render_server.loadtest.runner import Progress, run_loadtest
-from render_server.loadtest.server import ServerApi, parse_prometheus, worker_counters
-from render_server.measure.frames import ObservedFrame
+from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.loadtest.report import write_report
+from render_server.tools.loadtest.runner import Progress, run_loadtest
+from render_server.tools.loadtest.server import ServerApi, parse_prometheus, worker_counters
+from render_server.tools.measure.frames import ObservedFrame
 
 from .browser import free_port, serve_process
 
@@ -144,7 +144,7 @@ def test_worker_counters_sum_over_labels() -> None:
 
 
 def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:
-    from render_server.loadtest.stream import SamplingAssembler
+    from render_server.tools.loadtest.stream import SamplingAssembler
 
     kept: list[tuple[int, bool, int]] = []
 

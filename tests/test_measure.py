@@ -13,14 +13,14 @@ import pytest
 from aiortc.codecs.h264 import H264Encoder
 
 from render_server.encode.x264 import x264_options
-from render_server.measure.client import LatencyClient
-from render_server.measure.frames import (
+from render_server.tools.measure.client import LatencyClient
+from render_server.tools.measure.frames import (
     FrameAssembler,
     FrameDecoder,
     ObservedFrame,
     h264_keyframe_nal,
 )
-from render_server.measure.latency import (
+from render_server.tools.measure.latency import (
     FRAME_STAGES,
     INPUT_STAGES,
     ClockOffset,

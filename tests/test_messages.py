@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from render_server.signaling.messages import (
+from render_server.protocol.signaling import (
     MAX_MESSAGE_BYTES,
     Answer,
     Error,

@@ -7,10 +7,10 @@ import av
 import numpy as np
 import pytest
 
+from render_server.backends.gpu import probe_cuda, probe_nvenc
 from render_server.config import Resolution, default_bitrate
 from render_server.encode.h264_bitstream import is_self_contained_idr
 from render_server.encode.nvenc import create_nvenc_encoder
-from render_server.gpu import probe_cuda, probe_nvenc
 
 from .test_encoder import psnr, synthetic_frame
 
@@ -68,7 +68,7 @@ def test_nvenc_reads_the_renderers_device_frames(nvenc_ready: None) -> None:
     """The zero-copy path: CUDA frames from the renderer's device memory straight into NVENC;
     what decodes matches the frames copied to the host."""
     from render_server.render import OrbitCamera, default_scene
-    from render_server.render.cuda import CudaRenderer, CudaUnavailable
+    from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable
 
     scene = default_scene()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from render_server.config import Resolution, StreamConfig
-from render_server.viewer import Viewer
+from render_server.tools.viewer import Viewer
 
 from .support import ServerFactory, ws_url
 

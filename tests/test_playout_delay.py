@@ -6,8 +6,8 @@ from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParam
 from aiortc.rtp import HeaderExtensions, unpack_header_extensions
 
 from render_server.config import Resolution, StreamConfig
-from render_server.viewer import Viewer
-from render_server.worker.playout_delay import PLAYOUT_DELAY_URI, PlayoutDelayExtensionsMap
+from render_server.tools.viewer import Viewer
+from render_server.transport.playout_delay import PLAYOUT_DELAY_URI, PlayoutDelayExtensionsMap
 
 from .support import ServerFactory, ws_url
 

@@ -9,12 +9,12 @@ import pytest
 
 from render_server.config import Resolution, StreamConfig
 from render_server.metrics import Metrics
+from render_server.protocol.data_channel import QualityRequest
 from render_server.render import OrbitCamera, Scene
-from render_server.worker.input_events import QualityRequest
+from render_server.stream.pipeline import FramePipeline
+from render_server.stream.quality import QualityLimits, StreamQuality
+from render_server.stream.scene_commands import SceneEdits
 from render_server.worker.local import LocalWorker
-from render_server.worker.pipeline import FramePipeline
-from render_server.worker.quality import QualityLimits, StreamQuality
-from render_server.worker.scene_commands import SceneEdits
 
 STREAM = StreamConfig(
     resolution=Resolution(320, 240), max_resolution=Resolution(640, 360), fps=30.0,

@@ -12,8 +12,8 @@ from render_server.config import Resolution, StreamConfig
 from render_server.encode.protocol import Encoder
 from render_server.metrics import Metrics
 from render_server.render.scene import Scene
+from render_server.stream.pictures import PictureSource
 from render_server.worker.local import LocalWorker
-from render_server.worker.pictures import PictureSource
 
 
 class OutOfEncoders(LocalWorker):

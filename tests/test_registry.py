@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from render_server.signaling.bus import (
+from render_server.signaling.state.bus import (
     Bus,
     MemoryBus,
     MemoryHub,
@@ -38,13 +38,13 @@ from render_server.signaling.bus import (
     RedisBus,
     connect_bus,
 )
-from render_server.signaling.redis_registry import (
+from render_server.signaling.state.redis_registry import (
     FITS_LUA,
     RedisRegistry,
     _info_json,
     connect_registry,
 )
-from render_server.signaling.registry import (
+from render_server.signaling.state.registry import (
     Claim,
     MemoryRegistry,
     Registry,
@@ -605,7 +605,7 @@ async def test_a_retried_call_answers_what_the_first_one_did(
 ) -> None:
     """redis-py sends a call again when the connection drops before the reply: the second run
     must not lose what the first freed or served."""
-    from render_server.signaling import redis_registry
+    from render_server.signaling.state import redis_registry
 
     reg = await RedisRegistry.connect(redis_url, fresh_prefix())
     try:
@@ -738,7 +738,7 @@ async def test_bus_handler_failure_is_logged_and_delivery_goes_on(
     broken, other = Recorder(fail_on=1), Recorder()
     await sub.subscribe("broken", broken)
     await sub.subscribe("other", other)
-    with caplog.at_level(logging.ERROR, logger="render_server.signaling.bus"):
+    with caplog.at_level(logging.ERROR, logger="render_server.signaling.state.bus"):
         for n in range(5):
             await pub.publish("broken", {"n": n})
             await pub.publish("other", {"n": n})
@@ -827,7 +827,7 @@ async def test_redis_bus_reconnects_after_client_kill(
     heard = Recorder()
     try:
         await sub.subscribe("c", heard)
-        with caplog.at_level(logging.INFO, logger="render_server.signaling.bus"):
+        with caplog.at_level(logging.INFO, logger="render_server.signaling.state.bus"):
             assert await admin.client_kill_filter(_type="pubsub") >= 1
             sent = await publish_until_heard(pub, "c", heard)
             for n in range(sent, sent + 20):

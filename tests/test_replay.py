@@ -5,11 +5,11 @@ from __future__ import annotations
 import av
 import numpy as np
 
-from render_server.backends import choose_backends
+from render_server.backends.choice import choose_backends
 from render_server.config import Resolution, StreamConfig
 from render_server.encode.replay import ReplayEncoder, replay_clip
 from render_server.render.scene import Scene
-from render_server.viewer import Viewer
+from render_server.tools.viewer import Viewer
 
 from .support import ServerFactory, ws_url
 

@@ -7,7 +7,7 @@ import json
 import aiohttp
 import pytest
 
-from render_server.viewer import Viewer
+from render_server.tools.viewer import Viewer
 
 from .processes import SECRET, token
 from .support import ServerFactory, ws_url

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from render_server.protocol.data_channel import SceneCommand
 from render_server.render import CpuRenderer, OrbitCamera, Scene
 from render_server.render.sun import DEFAULT_HOUR
-from render_server.worker.controls import CameraController
-from render_server.worker.input_events import SceneCommand
-from render_server.worker.scene_commands import SceneCommands
+from render_server.stream.controls import CameraController
+from render_server.stream.scene_commands import SceneCommands
 
 W, H = 192, 108
 
@@ -236,8 +236,8 @@ def test_sessions_edit_their_own_scene(scene: Scene) -> None:
 def test_the_cuda_path_takes_edited_and_empty_scenes(scene: Scene) -> None:
     """CudaPictures over the CUDA kernels run on the host: a new scene builds a new renderer,
     and a scene with every object hidden still draws (the floor and the sky)."""
-    from render_server.render.cuda_emulation import EmulatedCudaRenderer, compiler
-    from render_server.worker.pictures import CpuPictures, CudaPictures, device_scene
+    from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
+    from render_server.stream.pictures import CpuPictures, CudaPictures, device_scene
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or $CXX) to build the kernels for the host")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from render_server.signaling.auth import AUDIENCE, Authenticator
-from render_server.viewer import Viewer
-from render_server.worker.fake import FakeWorker
+from render_server.tools.viewer import Viewer
+from tests.fake_worker import FakeWorker
 
 from .processes import SECRET, token
 from .support import ServerFactory, ws_url
@@ -220,7 +220,7 @@ async def test_a_worker_cannot_speak_for_another_workers_session(
 
 
 def victim_sdp() -> str:
-    from render_server.worker.fake import PLACEHOLDER_SDP
+    from tests.fake_worker import PLACEHOLDER_SDP
 
     return PLACEHOLDER_SDP
 

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from render_server.signaling.messages import MAX_MESSAGE_BYTES
-from render_server.viewer import Viewer
+from render_server.protocol.signaling import MAX_MESSAGE_BYTES
+from render_server.tools.viewer import Viewer
 
 from .support import ServerFactory, ws_url
 

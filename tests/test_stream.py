@@ -8,7 +8,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from render_server.viewer import Viewer
+from render_server.tools.viewer import Viewer
 
 from .conftest import SMALL_STREAM
 from .support import ServerFactory, ws_url

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from render_server.signaling_client import SignalingClient
-from render_server.worker.timing import FrameRecord, FrameTimingLog
+from render_server.tools.signaling_client import SignalingClient
+from render_server.transport.timing import FrameRecord, FrameTimingLog
 
 from .support import ServerFactory, ws_url
 

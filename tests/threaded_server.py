@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from render_server.cli.serve import EMBEDDED_KEY, build_app
 from render_server.config import ServerConfig
 from render_server.render.scene import Scene
-from render_server.serve import EMBEDDED_KEY, build_app
 from render_server.signaling.app import CONTEXT_KEY
 from render_server.signaling.context import SignalingContext
-from render_server.worker.session import StreamSession
+from render_server.stream.session import StreamSession
 
 from .browser import free_port
 

@@ -11,7 +11,7 @@ import av
 import numpy as np
 from numba import njit
 
-from ..bands import run_in_bands, split_rows
+from render_server.render.bands import run_in_bands, split_rows
 
 # BT.709 limited range, the matrix marked in the H.264 VUI (see x264.py), so browsers decode with
 # it. Coefficients are the matrix × 219/255 (luma) or × 224/255 (chroma) × 256, rounded; chroma

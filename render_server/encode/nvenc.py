@@ -6,8 +6,8 @@ from typing import Final, Literal
 
 import av
 
-from ..config import Resolution
-from .pyav_encoder import PyavVideoEncoder
+from render_server.config import Resolution
+from render_server.encode.pyav_encoder import PyavVideoEncoder
 
 NvencCodec = Literal["h264", "hevc", "av1"]
 NVENC_CODECS: Final[dict[NvencCodec, tuple[str, str]]] = {

@@ -20,12 +20,12 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from ..config import Resolution
-from ..render.camera import OrbitCamera
-from ..render.cpu import CpuRenderer
-from ..render.scene import Scene
-from .convert import YuvConverter
-from .x264 import create_x264_encoder
+from render_server.config import Resolution
+from render_server.encode.convert import YuvConverter
+from render_server.encode.x264 import create_x264_encoder
+from render_server.render.camera import OrbitCamera
+from render_server.render.cpu import CpuRenderer
+from render_server.render.scene import Scene
 
 RTP_TIME_BASE = 90_000
 CLIP_SECONDS = 2.0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..config import Resolution
-from .pyav_encoder import PyavVideoEncoder
+from render_server.config import Resolution
+from render_server.encode.pyav_encoder import PyavVideoEncoder
 
 # Constrained Baseline is what aiortc's SDP offers (profile-level-id 42e01f): no B-frames, no CABAC.
 X264_PROFILE = "baseline"

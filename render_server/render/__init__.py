@@ -1,9 +1,9 @@
 """Rendering: the scene model and its loaders, the orbit camera, and the renderers."""
 
-from .camera import OrbitCamera
-from .cpu import CpuRenderer
-from .protocol import Renderer
-from .scene import (
+from render_server.render.camera import OrbitCamera
+from render_server.render.cpu import CpuRenderer
+from render_server.render.protocol import Renderer
+from render_server.render.scene import (
     Material,
     Scene,
     SceneError,

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..bands import run_in_bands, split_rows
-from .camera import OrbitCamera
-from .scene import FLOOR_MATERIAL, Scene
+from render_server.render.bands import run_in_bands, split_rows
+from render_server.render.camera import OrbitCamera
+from render_server.render.scene import FLOOR_MATERIAL, Scene
 
 SUBPIXEL = 256  # 8 bits of sub-pixel precision in the fixed-point edge functions
 GUARD_BAND = 16.0  # clip |x|, |y| beyond 16·w so edge products stay far inside int64

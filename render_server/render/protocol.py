@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .camera import OrbitCamera
+from render_server.render.camera import OrbitCamera
 
 
 class Renderer(Protocol):

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from .scene import DEFAULT_LIGHT_COLOR, DEFAULT_LIGHT_DIRECTION
+from render_server.render.scene import DEFAULT_LIGHT_COLOR, DEFAULT_LIGHT_DIRECTION
 
 DEFAULT_HOUR: Final = 15.0
 HOURS_PER_DAY: Final = 24.0

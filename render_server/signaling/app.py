@@ -14,17 +14,30 @@ from typing import Any
 
 from aiohttp import web
 
-from ..metrics import CONTENT_TYPE_LATEST
-from .auth import BROWSER_ROLES, ROLES, SUBPROTOCOL, AuthError, Identity, Role, token_from_headers
-from .connection import BrowserConnection
-from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
-from .messages import MAX_MESSAGE_BYTES, ErrorCode, ProtocolError, parse_requirements
-from .openapi import OPENAPI
-from .origin import origin_allowed
-from .relay import tell_lost
-from .session import new_session
-from .session_store import SessionRecord
-from .worker_socket import WorkerSocket
+from render_server.metrics import CONTENT_TYPE_LATEST
+from render_server.protocol.signaling import (
+    MAX_MESSAGE_BYTES,
+    ErrorCode,
+    ProtocolError,
+    parse_requirements,
+)
+from render_server.signaling.auth import (
+    BROWSER_ROLES,
+    ROLES,
+    SUBPROTOCOL,
+    AuthError,
+    Identity,
+    Role,
+    token_from_headers,
+)
+from render_server.signaling.browser_socket import BrowserConnection
+from render_server.signaling.context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
+from render_server.signaling.openapi import OPENAPI
+from render_server.signaling.origin import origin_allowed
+from render_server.signaling.relay import tell_lost
+from render_server.signaling.session import new_session
+from render_server.signaling.state.session_store import SessionRecord
+from render_server.signaling.worker_socket import WorkerSocket
 
 log = logging.getLogger(__name__)
 

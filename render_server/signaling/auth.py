@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import jwt
 
-from ..errors import CodedError
+from render_server.protocol.errors import CodedError
 
 Role = Literal["worker", "controller", "viewer"]
 ROLES: tuple[Role, ...] = ("worker", "controller", "viewer")

@@ -7,15 +7,15 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config import ServerConfig
-from ..metrics import Metrics
-from .auth import Authenticator
-from .bus import Bus
-from .registry import Registry
-from .session_store import SessionStore
+from render_server.config import ServerConfig
+from render_server.metrics import Metrics
+from render_server.signaling.auth import Authenticator
+from render_server.signaling.state.bus import Bus
+from render_server.signaling.state.registry import Registry
+from render_server.signaling.state.session_store import SessionStore
 
 if TYPE_CHECKING:
-    from .session import SessionHandle
+    from render_server.signaling.session import SessionHandle
 
 QUEUE_CHANNEL = "queue"
 

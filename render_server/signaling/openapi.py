@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
+from render_server import __version__
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SESSION_PATH = "/api/sessions/{sessionId}"

@@ -10,17 +10,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..logs import session_logger
-from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
-from .messages import ErrorCode, ProtocolError, to_document
-from .registry import Claim, WorkerInfo
-from .worker_protocol import (
+from render_server.logs import session_logger
+from render_server.protocol.signaling import ErrorCode, ProtocolError, to_document
+from render_server.protocol.worker import (
     FromWorker,
     SessionOpened,
     WorkerAnswer,
     WorkerError,
     WorkerSessionEnded,
 )
+from render_server.signaling.context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
+from render_server.signaling.state.registry import Claim, WorkerInfo
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..logs import session_logger
-from .context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel, worker_channel
-from .messages import (
+from render_server.logs import session_logger
+from render_server.protocol.signaling import (
     Answer,
     Error,
     ErrorCode,
@@ -28,11 +27,18 @@ from .messages import (
     SessionStarted,
     to_document,
 )
-from .registry import Requirements
-from .relay import WorkerRelay
-from .session_store import SessionRecord, hash_token, new_resume_token
-from .turn import ice_servers_for
-from .worker_protocol import CloseSession, OpenSession, SessionIce, SessionOffer
+from render_server.protocol.worker import CloseSession, OpenSession, SessionIce, SessionOffer
+from render_server.signaling.context import (
+    QUEUE_CHANNEL,
+    SignalingContext,
+    audit,
+    browser_channel,
+    worker_channel,
+)
+from render_server.signaling.relay import WorkerRelay
+from render_server.signaling.state.registry import Requirements
+from render_server.signaling.state.session_store import SessionRecord, hash_token, new_resume_token
+from render_server.signaling.turn import ice_servers_for
 
 Send = Callable[[ServerMessage], Awaitable[None]]
 

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import time
 
-from .messages import IceServer
+from render_server.protocol.signaling import IceServer
 
 
 def turn_credentials(

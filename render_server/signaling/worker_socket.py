@@ -8,12 +8,12 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from .auth import Identity
-from .context import SignalingContext, audit, worker_channel
-from .messages import Error, ErrorCode, ProtocolError, encode_message
-from .registry import WorkerInfo, WorkerStatus
-from .relay import WorkerRelay
-from .worker_protocol import Heartbeat, Register, Registered, parse_from_worker
+from render_server.protocol.signaling import Error, ErrorCode, ProtocolError, encode_message
+from render_server.protocol.worker import Heartbeat, Register, Registered, parse_from_worker
+from render_server.signaling.auth import Identity
+from render_server.signaling.context import SignalingContext, audit, worker_channel
+from render_server.signaling.relay import WorkerRelay
+from render_server.signaling.state.registry import WorkerInfo, WorkerStatus
 
 log = logging.getLogger(__name__)
 

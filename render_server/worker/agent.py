@@ -10,11 +10,11 @@ import logging
 
 import aiohttp
 
-from ..signaling.auth import SUBPROTOCOL
-from ..signaling.messages import ProtocolError, encode_message
-from ..signaling.worker_protocol import FromWorker, Registered, parse_to_worker
-from .local import LocalWorker
-from .service import WorkerService
+from render_server.protocol.signaling import ProtocolError, encode_message
+from render_server.protocol.worker import FromWorker, Registered, parse_to_worker
+from render_server.signaling.auth import SUBPROTOCOL
+from render_server.worker.local import LocalWorker
+from render_server.worker.service import WorkerService
 
 log = logging.getLogger(__name__)
 

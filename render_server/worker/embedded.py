@@ -12,13 +12,13 @@ import json
 import logging
 from typing import Any
 
-from ..signaling.context import SignalingContext, worker_channel
-from ..signaling.messages import ProtocolError
-from ..signaling.registry import WorkerInfo
-from ..signaling.relay import WorkerRelay
-from ..signaling.worker_protocol import FromWorker, parse_to_worker
-from .local import LocalWorker
-from .service import WorkerService
+from render_server.protocol.signaling import ProtocolError
+from render_server.protocol.worker import FromWorker, parse_to_worker
+from render_server.signaling.context import SignalingContext, worker_channel
+from render_server.signaling.relay import WorkerRelay
+from render_server.signaling.state.registry import WorkerInfo
+from render_server.worker.local import LocalWorker
+from render_server.worker.service import WorkerService
 
 log = logging.getLogger(__name__)
 

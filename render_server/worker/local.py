@@ -11,25 +11,31 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..backends import Backends
-from ..config import Resolution, StreamConfig
-from ..encode.nvenc import create_nvenc_encoder
-from ..encode.protocol import Encoder
-from ..encode.replay import ReplayEncoder, ReplayPictures, replay_clip
-from ..encode.x264 import create_x264_encoder
-from ..gpu import explain_nvenc_failure
-from ..metrics import Metrics
-from ..render.camera import OrbitCamera
-from ..render.cpu import CpuRenderer
-from ..render.scene import Scene
-from ..signaling.messages import IceServer
-from ..signaling.workers import SessionEndCallback
-from .controls import CameraController
-from .pictures import CpuPictures, CudaPictures, PictureSource, device_scene, nvenc_on_device
-from .pipeline import FramePipeline
-from .quality import QualityLimits
-from .scene_commands import SceneCommands
-from .session import StreamSession
+from render_server.backends.choice import Backends
+from render_server.backends.gpu import explain_nvenc_failure
+from render_server.config import Resolution, StreamConfig
+from render_server.encode.nvenc import create_nvenc_encoder
+from render_server.encode.protocol import Encoder
+from render_server.encode.replay import ReplayEncoder, ReplayPictures, replay_clip
+from render_server.encode.x264 import create_x264_encoder
+from render_server.metrics import Metrics
+from render_server.protocol.signaling import IceServer
+from render_server.render.camera import OrbitCamera
+from render_server.render.cpu import CpuRenderer
+from render_server.render.scene import Scene
+from render_server.stream.controls import CameraController
+from render_server.stream.errors import SessionEndCallback
+from render_server.stream.pictures import (
+    CpuPictures,
+    CudaPictures,
+    PictureSource,
+    device_scene,
+    nvenc_on_device,
+)
+from render_server.stream.pipeline import FramePipeline
+from render_server.stream.quality import QualityLimits
+from render_server.stream.scene_commands import SceneCommands
+from render_server.stream.session import StreamSession
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +198,7 @@ class LocalWorker:
         return CpuPictures(CpuRenderer(scene, res.width, res.height))
 
     def _cuda_pictures(self, pix_fmt: str, res: Resolution, scene: Scene) -> CudaPictures:
-        from ..render.cuda import CudaRenderer  # pycuda is an optional extra
+        from render_server.render.cuda.renderer import CudaRenderer  # pycuda is an optional extra
 
         def make(scene: Scene) -> CudaRenderer:
             return CudaRenderer(scene, res.width, res.height)

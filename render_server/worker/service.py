@@ -10,9 +10,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..logs import session_logger
-from ..signaling.messages import ErrorCode
-from ..signaling.worker_protocol import (
+from render_server.logs import session_logger
+from render_server.protocol.signaling import ErrorCode
+from render_server.protocol.worker import (
     CloseSession,
     FromWorker,
     Heartbeat,
@@ -27,10 +27,10 @@ from ..signaling.worker_protocol import (
     WorkerError,
     WorkerSessionEnded,
 )
-from ..signaling.workers import SessionNegotiationError
-from .local import LocalWorker
-from .serial import KeyedSerializer
-from .session import StreamSession
+from render_server.stream.errors import SessionNegotiationError
+from render_server.stream.session import StreamSession
+from render_server.worker.local import LocalWorker
+from render_server.worker.serial import KeyedSerializer
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,161 @@
+"""One browser's signaling socket: parse, check, and hand the messages to its session."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import WSMsgType, web
+
+from render_server.protocol.rate_limit import TokenBucket
+from render_server.protocol.signaling import (
+    ClientMessage,
+    Error,
+    ErrorCode,
+    IceCandidate,
+    Offer,
+    ProtocolError,
+    ServerMessage,
+    SessionEnd,
+    SessionResume,
+    SessionStart,
+    encode_message,
+    parse_client_message,
+)
+from render_server.signaling.auth import Identity
+from render_server.signaling.context import SignalingContext, audit, browser_channel
+from render_server.signaling.session import ENDED, SessionHandle, new_session
+
+log = logging.getLogger(__name__)
+
+MESSAGE_RATE_PER_S = 20.0
+MESSAGE_BURST = 60  # a burst of trickled ICE candidates
+MAX_VIOLATIONS = 100  # rejected messages before the socket is closed
+
+
+class BrowserConnection:
+    def __init__(
+        self, ws: web.WebSocketResponse, ctx: SignalingContext, identity: Identity
+    ) -> None:
+        self.ws = ws
+        self.ctx = ctx
+        self.identity = identity
+        self.handle: SessionHandle | None = None
+        self.violations = 0
+        self._bucket = TokenBucket(MESSAGE_RATE_PER_S, MESSAGE_BURST)
+        self._rate_noticed = False
+
+    async def run(self) -> None:
+        try:
+            async for msg in self.ws:
+                if msg.type == WSMsgType.TEXT:
+                    await self._handle(msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    await self._reject(
+                        ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames")
+                    )
+                elif msg.type == WSMsgType.ERROR:
+                    # over the transport limit: aiohttp has already closed with 1009
+                    self.ctx.metrics.rejected.labels(ErrorCode.TOO_LARGE).inc()
+                    audit("audit.socket.closed", subject=self.identity.subject,
+                          reason=str(msg.data)[:200])  # fmt: skip
+                if self.violations >= MAX_VIOLATIONS:
+                    audit("audit.socket.closed", subject=self.identity.subject,
+                          reason="too many rejected messages")  # fmt: skip
+                    await self.ws.close(code=1008, message=b"too many rejected messages")
+                    break
+        finally:
+            if self.handle is not None and self.handle.state != ENDED:
+                self.handle.detach()
+
+    async def _handle(self, data: str) -> None:
+        if not self._bucket.take(time.monotonic()):
+            if not self._rate_noticed:  # one audit line per burst, not one per message
+                audit("audit.rate_limited", subject=self.identity.subject, channel="signaling")
+            self._rate_noticed = True
+            await self._reject(
+                ProtocolError(ErrorCode.RATE_LIMITED, f"over {MESSAGE_RATE_PER_S:g} messages/s")
+            )
+            return
+        self._rate_noticed = False
+        try:
+            message = parse_client_message(data)
+        except ProtocolError as exc:
+            await self._reject(exc)
+            return
+        try:
+            await self._dispatch(message)
+            self.ctx.metrics.messages.labels(message.type).inc()
+        except ProtocolError as exc:
+            await self._reject(exc)
+        except Exception:
+            log.exception("signaling.internal_error", extra={"type": message.type})
+            await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
+
+    async def _dispatch(self, message: ClientMessage) -> None:
+        handle = self.handle if self.handle is not None and self.handle.state != ENDED else None
+        if isinstance(message, SessionStart):
+            if handle is not None:
+                raise ProtocolError(ErrorCode.BAD_ORDER, "a session is already running here")
+            await self._start(message)
+        elif isinstance(message, SessionResume):
+            if handle is not None:
+                raise ProtocolError(ErrorCode.BAD_ORDER, "a session is already running here")
+            await self._resume(message)
+        elif handle is None:
+            raise ProtocolError(ErrorCode.BAD_ORDER, "send session.start first")
+        elif isinstance(message, Offer):
+            await handle.offer(message.sdp)
+        elif isinstance(message, IceCandidate):
+            await handle.ice(message)
+        elif isinstance(message, SessionEnd):
+            await handle.end()
+
+    async def _start(self, message: SessionStart) -> None:
+        identity = self.identity
+        self.handle, _ = await new_session(
+            self.ctx, identity.subject, identity.role, message.requirements
+        )
+        self.handle.attach(self._send)
+        await self.handle.start()
+
+    async def _resume(self, message: SessionResume) -> None:
+        sid = message.session_id
+        record = await self.ctx.store.get(sid)
+        if record is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "no such session (it may have ended)")
+        if not record.token_matches(message.resume_token) or (
+            not self.identity.anonymous and record.owner != self.identity.subject
+        ):
+            audit("audit.resume.refused", subject=self.identity.subject, session=sid)
+            raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not yours")
+        bumped = await self.ctx.store.bump(sid)
+        if bumped is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "no such session (it just ended)")
+        handle = self.ctx.handles.get(sid)
+        if handle is None:
+            handle = SessionHandle(self.ctx, bumped)
+        else:
+            handle.record = bumped
+        # the replica that held the session before lets go of it
+        await self.ctx.bus.publish(
+            browser_channel(sid), {"type": "resumed", "generation": bumped.generation}
+        )
+        self.handle = handle
+        handle.attach(self._send)
+        await handle.take_over()
+
+    async def _reject(self, exc: ProtocolError) -> None:
+        self.violations += 1
+        self.ctx.metrics.rejected.labels(exc.code).inc()
+        if exc.code == ErrorCode.TOO_LARGE:
+            audit("audit.message.too_large", subject=self.identity.subject)
+        log.info("signaling.rejected", extra={"code": exc.code, "detail": exc.message[:200]})
+        await self._send(Error(exc.code, exc.message))
+
+    async def _send(self, message: ServerMessage) -> None:
+        if not self.ws.closed:
+            try:
+                await self.ws.send_str(encode_message(message))
+            except (ConnectionError, RuntimeError):
+                pass  # the socket went away while we answered; `run` cleans up

@@ -1,0 +1,79 @@
+"""What a load test asks for: one typed place, checked before anything connects."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from render_server.config import ConfigError, Resolution
+
+MAX_STREAMS = 1000
+MAX_PROCESSES = 64
+
+
+@dataclass(frozen=True)
+class LoadTestConfig:
+    """A run: `streams` sessions on `server`, started evenly over `ramp_s` seconds, held for
+    `duration_s` seconds after the ramp, then closed. Each asks for `resolution` at `fps` (and
+    `max_kbps`, when given) with a `quality` message."""
+
+    server: str
+    streams: int = 20
+    resolution: Resolution = Resolution(3840, 2160)
+    fps: float = 60.0
+    duration_s: float = 60.0
+    ramp_s: float = 10.0
+    processes: int = 1
+    token: str | None = None
+    max_kbps: int | None = None
+    decode_every: int = 30  # decode a keyframe at most once per this many frames; 0: never
+    setup_timeout_s: float = 30.0  # request → first frame, else the stream failed
+    min_fps: float | None = None
+    max_p95_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.server.startswith(("http://", "https://")):
+            raise ConfigError(f"--server must be an http(s):// URL, not {self.server!r}")
+        if not 1 <= self.streams <= MAX_STREAMS:
+            raise ConfigError(f"--streams must be 1..{MAX_STREAMS}, not {self.streams}")
+        if not 1 <= self.processes <= MAX_PROCESSES:
+            raise ConfigError(f"--processes must be 1..{MAX_PROCESSES}, not {self.processes}")
+        if not 1 <= self.fps <= 240:
+            raise ConfigError(f"--fps must be 1..240, not {self.fps:g}")
+        if not 0 < self.duration_s <= 24 * 3600:
+            raise ConfigError(
+                f"--duration must be a positive number of seconds, not {self.duration_s:g}"
+            )
+        if not 0 <= self.ramp_s <= 3600:
+            raise ConfigError(f"--ramp must be 0..3600 seconds, not {self.ramp_s:g}")
+        if self.decode_every < 0:
+            raise ConfigError(
+                f"--decode-every must be ≥ 0 (0: no decoding), not {self.decode_every}"
+            )
+        if self.max_kbps is not None and not 100 <= self.max_kbps <= 10_000_000:
+            raise ConfigError(f"--max-kbps must be 100..10000000, not {self.max_kbps}")
+        if self.setup_timeout_s <= 0:
+            raise ConfigError("--setup-timeout must be positive")
+        if self.min_fps is not None and self.min_fps < 0:
+            raise ConfigError("--min-fps must be ≥ 0")
+        if self.max_p95_ms is not None and self.max_p95_ms <= 0:
+            raise ConfigError("--max-p95-ms must be positive")
+
+    @property
+    def hold_start_s(self) -> float:
+        """Seconds after the run's start when the last stream has been asked for."""
+        return self.ramp_s
+
+    @property
+    def end_s(self) -> float:
+        return self.ramp_s + self.duration_s
+
+    def start_offset_s(self, index: int) -> float:
+        """When stream `index` asks for its session: evenly over the ramp, the first at 0."""
+        return self.ramp_s * index / self.streams
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["resolution"] = f"{self.resolution.width}x{self.resolution.height}"
+        out["token"] = "***" if self.token else None
+        return out

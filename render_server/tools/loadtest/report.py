@@ -1,0 +1,324 @@
+"""The load test's report: per stream and aggregate figures, the verdict, the one-screen summary.
+
+Every figure a stream is judged on is its own: a failed, frozen or slow stream is named as such,
+never averaged into the others. The hold phase is from the end of the ramp (or the stream's
+first frame, where that came later) to the end of the run; a stream that failed in it keeps
+its silence in the window, so its fps falls.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from render_server.tools.loadtest.runner import RunResult
+from render_server.tools.loadtest.stream import StreamResult
+from render_server.tools.measure.latency import percentiles
+
+SCHEMA = "render-server-loadtest/1"
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def line(self) -> str:
+        if self.passed:
+            return "PASS"
+        return "FAIL: " + "; ".join(self.reasons)
+
+
+def hold_window(result: StreamResult, run: RunResult) -> tuple[float, float] | None:
+    """The stream's part of the hold phase (seconds since the run's start), or None when it
+    never had a frame."""
+    if result.first_frame_s is None:
+        return None
+    start = max(run.config.hold_start_s, result.first_frame_s)
+    end = run.config.end_s
+    return (start, end) if end > start else None
+
+
+def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
+    config = run.config
+    window = hold_window(result, run)
+    hold_fps = None
+    if window is not None:
+        times = result.frame_t_s
+        count = bisect.bisect_right(times, window[1]) - bisect.bisect_left(times, window[0])
+        hold_fps = count / (window[1] - window[0])
+    per_second = _hold_seconds(result.frames_per_s, window)
+    # a freeze belongs to the hold when it ended after the ramp (and the stream's first frame)
+    hold_freezes = [ms for at, ms in result.freeze_events if window is not None and at > window[0]]
+    streamed_s = None
+    if result.first_frame_s is not None and result.ended_s is not None:
+        streamed_s = max(0.0, result.ended_s - result.first_frame_s)
+    mbps = result.bytes * 8 / streamed_s / 1e6 if streamed_s else None
+    applied = result.quality_applied or {}
+    expected_size = (
+        f"{applied['width']}x{applied['height']}"
+        if isinstance(applied.get("width"), int) and isinstance(applied.get("height"), int)
+        else f"{config.resolution.width}x{config.resolution.height}"
+    )
+    decode = result.decode
+    decode_ok = None
+    if decode is not None:
+        decode_ok = (
+            decode["decoded"] > 0
+            and decode["errors"] == 0
+            and set(decode["sizes"]) <= {expected_size}
+        )
+    return {
+        "index": result.index,
+        "process": result.process,
+        "session_id": result.session_id,
+        "worker_id": result.worker_id,
+        "state": result.state,
+        "reason": result.reason,
+        "requested_s": result.requested_s,
+        "first_frame_s": result.first_frame_s,
+        "ended_s": result.ended_s,
+        "streamed_s": _round(streamed_s, 2),
+        "setup_ms": _round(result.setup_ms, 1),
+        "quality_requested": result.quality_requested,
+        "quality_applied": result.quality_applied,
+        "fps_target": config.fps,
+        "fps_hold": _round(hold_fps, 2),
+        "fps_hold_min_1s": min(per_second) if per_second else None,
+        "hold_window_s": [round(w, 3) for w in window] if window else None,
+        "mbps": _round(mbps, 3),
+        "frames": result.frames,
+        "bytes": result.bytes,
+        "keyframes": result.keyframes,
+        "incomplete_frames": result.incomplete_frames,
+        "packets": result.packets,
+        "lost_packets": result.lost_packets,
+        "duplicate_packets": result.duplicate_packets,
+        "nacks_sent": result.nacks_sent,
+        "nacked_packets": result.nacked_packets,
+        "plis_sent": result.plis_sent,
+        "freezes": result.freezes,
+        "freeze_ms": result.freeze_ms,
+        "freezes_hold": len(hold_freezes),
+        "freeze_ms_hold": round(sum(hold_freezes), 1),
+        "freeze_events": [list(e) for e in result.freeze_events],
+        "longest_gap_ms": result.longest_gap_ms,
+        "latency_ms": percentiles(result.latency_ms),
+        "timing_records": result.timing_records,
+        "clock": result.clock,
+        "decode": decode,
+        "decode_ok": decode_ok,
+        "decode_expected": expected_size,
+        "worker_errors": result.worker_errors,
+        "series": {
+            "fps": result.frames_per_s,
+            "mbps": [round(b * 8 / 1e6, 3) for b in result.bytes_per_s],
+        },
+    }
+
+
+def _hold_seconds(per_second: list[int], window: tuple[float, float] | None) -> list[int]:
+    """The per-second frame counts of the whole seconds inside the window."""
+    if window is None:
+        return []
+    first, last = math.ceil(window[0]), math.floor(window[1])
+    return [per_second[s] if s < len(per_second) else 0 for s in range(first, last)]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def build_report(run: RunResult) -> dict[str, Any]:
+    config = run.config
+    streams = [stream_summary(r, run) for r in run.streams]
+    all_latency = [x for r in run.streams for x in r.latency_ms]
+    fps_values = [s["fps_hold"] for s in streams if s["fps_hold"] is not None]
+    setups = [s["setup_ms"] for s in streams if s["setup_ms"] is not None]
+    frames = sum(r.frames for r in run.streams)
+    sent = sum(r.bytes for r in run.streams)
+    aggregate = {
+        "streams": len(streams),
+        "up_to_the_end": sum(1 for s in streams if s["state"] == "closed"),
+        "failed": sum(1 for s in streams if s["state"] == "failed"),
+        "frozen": sum(1 for s in streams if s["freezes_hold"]),
+        "frozen_in_ramp": sum(1 for s in streams if s["freezes"] > s["freezes_hold"]),
+        "fps_target": config.fps,
+        "fps_hold_min": min(fps_values) if len(fps_values) == len(streams) else 0.0,
+        "fps_hold_median": _median(fps_values),
+        "fps_hold_total": round(sum(fps_values), 2),
+        "mbps_total": round(sum(s["mbps"] or 0.0 for s in streams), 3),
+        "frames": frames,
+        "bytes": sent,
+        "keyframes": sum(r.keyframes for r in run.streams),
+        "lost_packets": sum(r.lost_packets for r in run.streams),
+        "packets": sum(r.packets for r in run.streams),
+        "nacks_sent": sum(r.nacks_sent for r in run.streams),
+        "plis_sent": sum(r.plis_sent for r in run.streams),
+        "freezes": sum(r.freezes for r in run.streams),
+        "freeze_ms": round(sum(r.freeze_ms for r in run.streams), 1),
+        "freezes_hold": sum(s["freezes_hold"] for s in streams),
+        "freeze_ms_hold": round(sum(s["freeze_ms_hold"] for s in streams), 1),
+        "latency_ms": percentiles(all_latency),
+        "setup_ms": percentiles(setups),
+        "setup_max_ms": max(setups) if setups else None,
+        "decode_failed": sum(1 for s in streams if s["decode_ok"] is False),
+    }
+    verdict = judge(config.min_fps, config.max_p95_ms, streams)
+    return {
+        "schema": SCHEMA,
+        "config": config.as_dict(),
+        "mode": run.mode,
+        "started_at": run.started_at,
+        "wall_s": round(run.wall_s, 2),
+        "harness": {
+            "processes": run.processes,
+            "cpu_s": round(sum(p.get("cpu_s", 0.0) for p in run.processes), 2),
+        },
+        "aggregate": aggregate,
+        "server_check": server_check(run, frames, sent),
+        "verdict": {"passed": verdict.passed, "line": verdict.line, "reasons": verdict.reasons},
+        "streams": streams,
+    }
+
+
+def server_check(run: RunResult, frames: int, sent: int) -> dict[str, Any]:
+    """The worker's own counters over the run (after − before) beside the harness's totals.
+    The worker counts encoded bytes; the harness counts RTP payload bytes (no start codes,
+    with FU-A/STAP-A headers), which differ by a few bytes per NAL unit and packet."""
+    if run.server_after is None:
+        return {"error": run.server_error}
+    delta = {k: run.server_after[k] - run.server_before.get(k, 0.0) for k in run.server_after}
+    return {
+        "server_frames": int(delta["frames"]),
+        "server_bytes": int(delta["bytes"]),
+        "server_keyframes": int(delta["keyframes"]),
+        "server_sessions_started": int(delta["sessions_started"]),
+        "harness_frames": frames,
+        "harness_bytes": sent,
+        "frames_ratio": round(frames / delta["frames"], 4) if delta["frames"] else None,
+        "bytes_ratio": round(sent / delta["bytes"], 4) if delta["bytes"] else None,
+        "note": "counters are deltas over the run: other clients of the server would count too",
+    }
+
+
+def judge(
+    min_fps: float | None, max_p95_ms: float | None, streams: list[dict[str, Any]]
+) -> Verdict:
+    reasons = []
+    failed = [s for s in streams if s["state"] == "failed"]
+    if failed:
+        reasons.append(f"{len(failed)} stream(s) failed ({_names(failed)})")
+    frozen = [s for s in streams if s["freezes_hold"]]
+    if frozen:
+        reasons.append(f"{len(frozen)} stream(s) froze in the hold ({_names(frozen)})")
+    bad_video = [s for s in streams if s["decode_ok"] is False]
+    if bad_video:
+        reasons.append(f"{len(bad_video)} stream(s) failed the decode check ({_names(bad_video)})")
+    if min_fps is not None:
+        slow = [s for s in streams if s["fps_hold"] is None or s["fps_hold"] < min_fps]
+        if slow:
+            reasons.append(f"{len(slow)} stream(s) below {min_fps:g} fps ({_names(slow)})")
+    if max_p95_ms is not None:
+        late = [
+            s for s in streams if s["latency_ms"] is None or s["latency_ms"]["p95"] > max_p95_ms
+        ]
+        if late:
+            reasons.append(
+                f"{len(late)} stream(s) with p95 latency above {max_p95_ms:g} ms or unmeasured "
+                f"({_names(late)})"
+            )
+    return Verdict(not reasons, reasons)
+
+
+def _names(streams: list[dict[str, Any]], most: int = 6) -> str:
+    names = ", ".join(f"#{s['index']}" for s in streams[:most])
+    return names + (", …" if len(streams) > most else "")
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return round(value, 2)
+
+
+def _fmt(value: Any, spec: str = ".1f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: int = 8) -> str:
+    """One screen: what ran, the aggregate, the worst streams, the server's count, the verdict."""
+    c, a, m = report["config"], report["aggregate"], report["mode"]
+    processes = len(report["harness"]["processes"])
+    lat, setup = a["latency_ms"] or {}, a["setup_ms"] or {}
+    lines = [
+        f"render-server loadtest: {c['streams']} × {c['resolution']} @ {c['fps']:g} fps, "
+        f"ramp {c['ramp_s']:g} s + hold {c['duration_s']:g} s, {processes} "
+        f"process(es), against {c['server']}",
+        f"worker mode: {m['description']}",
+        f"streams: {a['up_to_the_end']} up to the end, {a['failed']} failed, {a['frozen']} froze"
+        f" in the hold ({a['freezes_hold']} freezes, {a['freeze_ms_hold'] / 1000:.1f} s); "
+        f"{a['frozen_in_ramp']} froze during the ramp ({a['freezes'] - a['freezes_hold']} "
+        "freezes: a gap > 3 frame intervals while sessions were starting)",
+        f"fps over the hold: min {_fmt(a['fps_hold_min'])}, median {_fmt(a['fps_hold_median'])} "
+        f"(target {c['fps']:g}); {a['mbps_total']:.1f} Mbps in all",
+        f"frame latency (worker frame start → last packet in): p50 {_fmt(lat.get('p50'))} "
+        f"p95 {_fmt(lat.get('p95'))} p99 {_fmt(lat.get('p99'))} ms over {lat.get('count', 0)} "
+        f"frames",
+        f"setup (request → first frame): p50 {_fmt(setup.get('p50'), '.0f')} "
+        f"max {_fmt(a['setup_max_ms'], '.0f')} ms; lost "
+        f"packets {a['lost_packets']} of {a['packets']}, NACKs {a['nacks_sent']}, PLIs "
+        f"{a['plis_sent']}, decode check failed on {a['decode_failed']}",
+    ]
+    check = report["server_check"]
+    if "error" in check:
+        lines.append(f"server /metrics: unreadable after the run ({check['error']})")
+    else:
+        lines.append(
+            f"server /metrics: {check['server_frames']} frames, {check['server_bytes'] / 1e6:.1f}"
+            f" MB sent; harness received {check['harness_frames']} frames "
+            f"({_fmt(check['frames_ratio'], '.2%')}), {check['harness_bytes'] / 1e6:.1f} MB "
+            f"({_fmt(check['bytes_ratio'], '.2%')})"
+        )
+    lines.append(
+        f"{'#':>4} {'state':<7} {'fps':>6} {'min1s':>5} {'Mbps':>7} {'p50':>6} {'p95':>6} "
+        f"{'p99':>6} {'frz':>5} {'lost':>5} {'setup':>6}  reason"
+    )
+    worst = sorted(
+        report["streams"],
+        key=lambda s: (s["state"] != "failed", -s["freezes_hold"], s["fps_hold"] or 0.0),
+    )
+    for s in worst[:rows]:
+        sl = s["latency_ms"] or {}
+        lines.append(
+            f"{s['index']:>4} {s['state']:<7} {_fmt(s['fps_hold']):>6} "
+            f"{_fmt(s['fps_hold_min_1s'], 'd'):>5} {_fmt(s['mbps'], '.2f'):>7} "
+            f"{_fmt(sl.get('p50')):>6} {_fmt(sl.get('p95')):>6} {_fmt(sl.get('p99')):>6} "
+            f"{s['freezes_hold']:>5} {s['lost_packets']:>5} {_fmt(s['setup_ms'], '.0f'):>6}  "
+            f"{s['reason'] or ''}"
+        )
+    if len(worst) > rows:
+        lines.append(f"     … {len(worst) - rows} more (worst first) in report.json")
+    if report_dir:
+        lines.append(f"report: {report_dir}/report.json, {report_dir}/report.html")
+    lines.append(report["verdict"]["line"])
+    return "\n".join(lines)
+
+
+def write_report(run: RunResult, directory: Path) -> tuple[dict[str, Any], str]:
+    """Write `report.json` and `report.html` into `directory`; the report and its summary."""
+    from render_server.tools.loadtest.html import plots, render_html
+
+    report = build_report(run)
+    summary = summary_text(report, str(directory))
+    (directory / "report.json").write_text(json.dumps(report, indent=2))
+    (directory / "report.html").write_text(render_html(report, summary, plots(run)))
+    return report, summary

@@ -1,0 +1,461 @@
+"""One load-test stream: a real session through the signaling API, watched packet by packet.
+
+A `StreamProbe` is what a browser would be, minus the decoder: it asks for a session on `/ws`,
+negotiates a recvonly video transceiver and the `input` data channel with aiortc (ICE, DTLS,
+SRTP), asks for the size and rate under test with a `quality` message, and then counts what
+arrives. Frames are assembled on the RTP marker bit (`measure.frames`), aiortc's decoder never
+runs, and a keyframe is decoded now and then on a thread to prove the stream is real video of
+the size asked for. The worker's `timing` records, matched by RTP timestamp and put on this
+clock by ping/pong, give each frame's latency: its start on the worker to its last packet in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+from aiortc import RTCPeerConnection
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
+
+from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.measure.frames import (
+    FrameAssembler,
+    FrameDecoder,
+    ObservedFrame,
+    h264_keyframe_nal,
+    observe_receiver,
+)
+from render_server.tools.measure.latency import (
+    ClockOffset,
+    TimingRecord,
+    parse_timing,
+    ping_burst,
+    ping_every,
+)
+from render_server.tools.signaling_client import SignalingClient, SignalingError, json_object
+
+# monotonic ms: the same clock in every process of a host, so the runner's start means the same
+from render_server.transport.timing import now_ms
+
+FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
+PING_INTERVAL_S = 1.0
+END_WAIT_S = 5.0  # after session.end, how long the worker has to answer session.ended
+MAX_WAITING = 512
+PEER_CLOSED_GRACE_S = 1.0
+MAX_FREEZE_EVENTS = 100  # records or frames waiting for their other half
+
+
+class SamplingAssembler(FrameAssembler):
+    """A `FrameAssembler` that keeps payload bytes only for the frames it samples: a keyframe
+    once at least `every` frames have closed since the last sample. Depayloading every frame
+    would cost the harness more than receiving it."""
+
+    def __init__(self, on_frame: Callable[[ObservedFrame, bytes], None], every: int) -> None:
+        super().__init__(self._counted, keep_payload=False)
+        self.every = every
+        self.since_sample = every  # the first keyframe is sampled
+        self._deliver = on_frame
+        self._last_timestamp: int | None = None
+
+    def _counted(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        """Count the frames closed since the last sample (one with bytes), then pass it on."""
+        self.since_sample = 0 if access_unit else self.since_sample + 1
+        self._deliver(frame, access_unit)
+
+    def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
+        if timestamp != self._last_timestamp:  # (likely) a frame's first packet
+            self._last_timestamp = timestamp
+            self.keep_payload = self.since_sample >= self.every and h264_keyframe_nal(payload)
+        super().add(seq, timestamp, marker, payload, arrival_ms)
+
+
+@dataclass
+class StreamResult:
+    """What one stream saw. Times `*_s` are seconds since the run's start (every process's
+    shared origin); series are per second of the run, index = whole seconds since the start."""
+
+    index: int
+    process: int
+    state: str = "pending"  # pending, connecting, queued, negotiating, up, closing, closed, failed
+    reason: str | None = None  # why it failed
+    session_id: str | None = None
+    worker_id: str | None = None
+    requested_s: float | None = None
+    first_frame_s: float | None = None
+    ended_s: float | None = None
+    queued_position: int | None = None
+    quality_requested: dict[str, Any] = field(default_factory=dict)
+    quality_applied: dict[str, Any] | None = None
+    frames: int = 0
+    bytes: int = 0  # RTP payload bytes of the frames assembled
+    keyframes: int = 0
+    incomplete_frames: int = 0
+    packets: int = 0
+    duplicate_packets: int = 0
+    lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
+    nacks_sent: int = 0
+    nacked_packets: int = 0
+    plis_sent: int = 0
+    freezes: int = 0
+    freeze_ms: float = 0.0
+    freeze_events: list[tuple[float, float]] = field(default_factory=list)  # (ended at s, ms)
+    longest_gap_ms: float = 0.0
+    frames_per_s: list[int] = field(default_factory=list)
+    bytes_per_s: list[int] = field(default_factory=list)
+    frame_t_s: list[float] = field(default_factory=list)  # every frame's arrival (not in JSON)
+    latency_t_s: list[float] = field(default_factory=list)  # frame arrival, per matched frame
+    latency_ms: list[float] = field(default_factory=list)  # frame start → last packet in
+    timing_records: int = 0
+    bad_timing: int = 0
+    clock: dict[str, float] | None = None
+    decode: dict[str, Any] | None = None
+    worker_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def setup_ms(self) -> float | None:
+        if self.requested_s is None or self.first_frame_s is None:
+            return None
+        return (self.first_frame_s - self.requested_s) * 1000.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["frame_t_s"], out["latency_t_s"], out["latency_ms"]
+        out["setup_ms"] = None if self.setup_ms is None else round(self.setup_ms, 1)
+        return out
+
+
+class StreamFailed(Exception):
+    """Ends a stream early; the message is the reason the report gives."""
+
+
+class StreamProbe:
+    """Runs one stream of a load test from its start time to the run's end."""
+
+    def __init__(self, config: LoadTestConfig, index: int, process: int, t0_ms: float) -> None:
+        self.config = config
+        self.t0_ms = t0_ms
+        self.result = StreamResult(index, process)
+        self.clock = ClockOffset()
+        self.interval_ms = 1000.0 / config.fps
+        self.decoder: FrameDecoder | None = None
+        if config.decode_every > 0:
+            self.decoder = FrameDecoder("keyframes")
+            self.assembler: FrameAssembler = SamplingAssembler(self._on_frame, config.decode_every)
+        else:
+            self.assembler = FrameAssembler(self._on_frame)
+        self.pc: RTCPeerConnection | None = None
+        self.signaling = SignalingClient(config.server, config.token, on_message=self._on_signal)
+        self._watcher: asyncio.Task[None] | None = None
+        self._channel: Any = None
+        self._closing = False
+        self._stopped = asyncio.Event()  # the stream failed or the worker ended it
+        self._first_frame = asyncio.Event()
+        self._last_frame_ms: float | None = None
+        self._records: dict[int, TimingRecord] = {}  # waiting for their frame
+        self._frames: dict[int, float] = {}  # rtp → last packet in, waiting for their record
+        self._pairs: list[tuple[float, float]] = []  # (worker r0, client last-packet ms)
+        self._recent: list[float] = []  # latencies since the last progress snapshot
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def _rel_s(self, ms: float) -> float:
+        return round((ms - self.t0_ms) / 1000.0, 4)
+
+    async def run(self) -> StreamResult:
+        """From this stream's start on the ramp to the end of the hold; never raises."""
+        config = self.config
+        start_ms = self.t0_ms + config.start_offset_s(self.result.index) * 1000.0
+        end_ms = self.t0_ms + config.end_s * 1000.0
+        await asyncio.sleep(max(0.0, (start_ms - now_ms()) / 1000.0))
+        self.result.requested_s = self._rel_s(now_ms())
+        try:
+            await asyncio.wait_for(self._open(), config.setup_timeout_s)
+        except StreamFailed as exc:
+            self._fail(str(exc))
+        except TimeoutError:
+            where = (
+                f" (queued at position {self.result.queued_position})"
+                if (self.result.state == "queued")
+                else ""
+            )
+            self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
+        except (aiohttp.ClientError, OSError) as exc:
+            self._fail(f"signaling unreachable: {exc}")
+        except Exception as exc:  # aiortc's negotiation errors and the like: reported, not raised
+            self._fail(f"{type(exc).__name__}: {exc}")
+        if self.result.state != "failed":
+            self.result.state = "up"
+            pinger = asyncio.create_task(ping_every(self._send, self.clock, PING_INTERVAL_S))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), max(0.0, (end_ms - now_ms()) / 1000.0))
+            pinger.cancel()
+        await self._close()
+        return self.result
+
+    async def _open(self) -> None:
+        self.result.state = "connecting"
+        signaling = self.signaling
+        try:
+            info = await signaling.start(timeout=None)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise StreamFailed(
+                f"signaling refused the socket: {exc.status} {exc.message}"
+            ) from None
+        except SignalingError as exc:
+            raise StreamFailed(_reason(exc)) from None
+        self._watcher = asyncio.create_task(self._watch_socket())
+        self.result.session_id = info.get("sessionId")
+        self.result.worker_id = info.get("workerId")
+        self.result.state = "negotiating"
+
+        self.pc = pc = signaling.peer_connection()
+        pc.on("connectionstatechange", self._on_connection_state)
+        transceiver = pc.addTransceiver("video", direction="recvonly")
+        observe_receiver(transceiver.receiver, self.assembler)
+        self._count_feedback(transceiver.receiver)
+        self._channel = channel = pc.createDataChannel("input")
+        channel.on("open", self._on_channel_open)
+        channel.on("message", self._on_message)
+        try:
+            await signaling.negotiate(pc, timeout=None)
+        except SignalingError as exc:
+            raise StreamFailed(_reason(exc)) from None
+        waiter = asyncio.create_task(self._first_frame.wait())
+        stopper = asyncio.create_task(self._stopped.wait())
+        await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        stopper.cancel()
+
+    async def _close(self) -> None:
+        """End the session the way a page does (session.end, then wait for session.ended so
+        that every frame the worker counted has arrived), then tear everything down."""
+        result = self.result
+        if result.state != "failed":
+            result.state = "closing"
+            await self.signaling.end(END_WAIT_S)
+        self._closing = True
+        end = now_ms()
+        if result.ended_s is None:
+            result.ended_s = self._rel_s(end)
+        if result.state != "failed":
+            ended = self.signaling.ended
+            if (ended is None or not ended.done()) and result.session_id is not None:
+                result.reason = "the worker did not confirm the end of the session"
+            result.state = "closed"
+            # a stream still connected whose frames stopped: its silent tail is a freeze
+            if self._last_frame_ms is not None:
+                self._gap(end - self._last_frame_ms, end, tail=True)
+        if self._watcher is not None:
+            self._watcher.cancel()
+        with contextlib.suppress(Exception):
+            if self.pc is not None:
+                await self.pc.close()
+        with contextlib.suppress(Exception):
+            await self.signaling.close()
+        self.assembler.flush()
+        if self.decoder is not None:
+            await asyncio.to_thread(self.decoder.close)
+        self._finish()
+
+    def _fail(self, reason: str, at_ms: float | None = None) -> None:
+        if self.result.state in ("failed", "closing", "closed") or self._closing:
+            return
+        self.result.state = "failed"
+        self.result.reason = reason
+        self.result.ended_s = self._rel_s(at_ms if at_ms is not None else now_ms())
+        self._stopped.set()
+
+    def _finish(self) -> None:
+        """Fill the result's figures from the counters."""
+        r = self.result
+        stats = self.assembler.stats
+        r.packets = stats.packets
+        r.duplicate_packets = stats.duplicates
+        r.incomplete_frames = stats.incomplete
+        r.lost_packets = stats.lost_packets
+        if self.clock.samples:
+            r.clock = self.clock.summary()
+            offset = self.clock.offset
+            for r0, arrived in self._pairs:
+                r.latency_t_s.append(self._rel_s(arrived))
+                r.latency_ms.append(round(arrived + offset - r0, 3))
+        if self.decoder is not None:
+            r.decode = self.decoder.stats.as_dict()
+
+    # -- what it counts ----------------------------------------------------------------------
+
+    def _count_feedback(self, receiver: RTCRtpReceiver) -> None:
+        """Count the NACKs and PLIs aiortc's receiver sends, by wrapping its senders."""
+        send_nack = receiver._send_rtcp_nack
+        send_pli = receiver._send_rtcp_pli
+        result = self.result
+
+        async def nack(media_ssrc: int, lost: list[int]) -> None:
+            result.nacks_sent += 1
+            result.nacked_packets += len(lost)
+            await send_nack(media_ssrc, lost)
+
+        async def pli(media_ssrc: int) -> None:
+            result.plis_sent += 1
+            await send_pli(media_ssrc)
+
+        receiver._send_rtcp_nack = nack  # type: ignore[method-assign]
+        receiver._send_rtcp_pli = pli  # type: ignore[method-assign]
+
+    def _on_frame(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        r = self.result
+        if self._closing:
+            return
+        arrived = frame.last_ms
+        if r.first_frame_s is None:
+            r.first_frame_s = self._rel_s(arrived)
+            self._first_frame.set()
+        r.frames += 1
+        r.bytes += frame.size
+        r.frame_t_s.append(self._rel_s(arrived))
+        if frame.keyframe:
+            r.keyframes += 1
+        second = max(0, int((arrived - self.t0_ms) // 1000))
+        while len(r.frames_per_s) <= second:
+            r.frames_per_s.append(0)
+            r.bytes_per_s.append(0)
+        r.frames_per_s[second] += 1
+        r.bytes_per_s[second] += frame.size
+        if self._last_frame_ms is not None:
+            self._gap(arrived - self._last_frame_ms, arrived)
+        self._last_frame_ms = (
+            arrived if self._last_frame_ms is None else max(arrived, self._last_frame_ms)
+        )
+        if frame.complete:
+            record = self._records.pop(frame.rtp, None)
+            if record is not None:
+                self._pair(record.r0, arrived)
+            else:
+                self._frames[frame.rtp] = arrived
+                _bound(self._frames)
+        if access_unit and self.decoder is not None:  # a sample (`SamplingAssembler` counts)
+            self.decoder.offer(frame, access_unit)
+
+    def _gap(self, gap_ms: float, ended_ms: float, tail: bool = False) -> None:
+        r = self.result
+        if not tail:
+            r.longest_gap_ms = max(r.longest_gap_ms, round(gap_ms, 1))
+        if gap_ms > FREEZE_INTERVALS * self.interval_ms:
+            r.freezes += 1
+            r.freeze_ms = round(r.freeze_ms + gap_ms, 1)
+            if len(r.freeze_events) < MAX_FREEZE_EVENTS:
+                r.freeze_events.append((self._rel_s(ended_ms), round(gap_ms, 1)))
+
+    def _pair(self, r0: float, arrived_ms: float) -> None:
+        self._pairs.append((r0, arrived_ms))
+        if self.clock.samples:
+            self._recent.append(arrived_ms + self.clock.offset - r0)
+
+    def _on_timing(self, message: dict[str, Any]) -> None:
+        try:
+            records = parse_timing(message)
+        except ValueError:
+            self.result.bad_timing += 1
+            return
+        for record in records:
+            self.result.timing_records += 1
+            arrived = self._frames.pop(record.rtp, None)
+            if arrived is not None:
+                self._pair(record.r0, arrived)
+            else:
+                self._records[record.rtp] = record
+                _bound(self._records)
+
+    def take_recent_latencies(self) -> list[float]:
+        recent, self._recent = self._recent, []
+        return recent
+
+    # -- signaling and the data channel ------------------------------------------------------
+
+    def _on_connection_state(self) -> None:
+        state = self.pc.connectionState if self.pc is not None else "closed"
+        if state == "failed":
+            self._fail("the peer connection failed (ICE or DTLS)")
+        elif state == "closed" and not self._closing:
+            # the worker closes its end when it ends the session: give the signaling's
+            # session.ended, which says why, a moment to arrive first
+            asyncio.get_running_loop().create_task(self._peer_closed(now_ms()))
+
+    async def _peer_closed(self, at_ms: float) -> None:
+        await asyncio.sleep(PEER_CLOSED_GRACE_S)
+        self._fail("the peer connection closed", at_ms)
+
+    def _on_channel_open(self) -> None:
+        config = self.config
+        request: dict[str, Any] = {
+            "type": "quality",
+            "width": config.resolution.width,
+            "height": config.resolution.height,
+            "fps": config.fps,
+        }
+        if config.max_kbps is not None:
+            request["maxKbps"] = config.max_kbps
+        self.result.quality_requested = request
+        self._send(request)
+        asyncio.get_running_loop().create_task(ping_burst(self._send, self.clock))
+
+    def _on_message(self, data: str | bytes) -> None:
+        received = now_ms()
+        message = json_object(data)
+        if message is None:
+            return
+        kind = message.get("type")
+        if kind == "timing":
+            self._on_timing(message)
+        elif kind == "pong":
+            self.clock.pong(message, received)
+        elif kind == "quality":
+            if self.result.quality_requested:  # the answer to ours (else the greeting on open)
+                self.result.quality_applied = {
+                    k: message.get(k) for k in ("width", "height", "fps", "maxKbps")
+                }
+            if isinstance(message.get("fps"), int | float) and message["fps"] > 0:
+                self.interval_ms = 1000.0 / float(message["fps"])
+        elif kind == "error":
+            if len(self.result.worker_errors) < 20:
+                self.result.worker_errors.append(message)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        channel = self._channel
+        if channel is not None and channel.readyState == "open":
+            channel.send(json.dumps(message))
+
+    def _on_signal(self, message: dict[str, Any]) -> None:
+        """Server messages besides the handshake's (its failures raise out of `_open`)."""
+        kind = message.get("type")
+        if kind == "queue":
+            self.result.state = "queued"
+            self.result.queued_position = message.get("position")
+        elif kind == "session.ended":
+            if not self._closing and self.result.state != "closing":
+                self._fail(f"the session was ended by the server ({message.get('reason')})")
+        elif kind == "session.interrupted":
+            self._fail(f"the session was interrupted ({message.get('reason')})")
+        elif kind == "error" and len(self.result.worker_errors) < 20:
+            self.result.worker_errors.append(message)
+
+    async def _watch_socket(self) -> None:
+        await self.signaling.closed.wait()
+        if not self._closing and self.result.state != "closing":
+            self._fail("the signaling socket closed")
+
+
+def _reason(exc: SignalingError) -> str:
+    if exc.code in ("closed", "ended"):
+        return exc.message
+    return f"signaling error {exc.code}: {exc.message}"
+
+
+def _bound(waiting: dict[int, Any]) -> None:
+    while len(waiting) > MAX_WAITING:
+        del waiting[next(iter(waiting))]

@@ -1,0 +1,103 @@
+"""Latency as a browser sees it: headless Chromium on the server's page, through Playwright.
+
+The page's SDK matches the worker's timing records with the frames Chromium displays
+(`requestVideoFrameCallback`) and sums them up in `window.renderStream.latency()`; this drives
+the page (a left-button drag across the video, back and forth, for the whole run) and reads
+that summary. Playwright is imported only here, and only when used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+from render_server.tools.measure.client import MeasureError
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+# A closed network refuses Chromium's background connections; these flags keep it quiet.
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--autoplay-policy=no-user-gesture-required",
+)
+STREAMING_TIMEOUT_MS = 30_000
+
+
+def find_chromium() -> str:
+    """$CHROMIUM_PATH, else the first Chromium installed in the usual places."""
+    path = os.environ.get("CHROMIUM_PATH") or next(
+        (p for p in CHROMIUM_CANDIDATES if shutil.which(p)), None
+    )
+    if path is None:
+        raise MeasureError("no Chromium found: install chromium or set CHROMIUM_PATH")
+    return path
+
+
+def _sync_playwright() -> Any:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise MeasureError(
+            "--client chromium needs Playwright: pip install playwright (Chromium itself "
+            "comes from the system, see CHROMIUM_PATH)"
+        ) from None
+    return sync_playwright
+
+
+def measure_in_chromium(
+    url: str,
+    seconds: float = 10.0,
+    token: str | None = None,
+    viewport: tuple[int, int] = (1280, 720),
+    page_path: str = "/",
+) -> dict[str, Any]:
+    """Open `url + page_path` in headless Chromium, drag for `seconds`, return the page's
+    `renderStream.latency()` summary. Blocking: call it off the event loop."""
+    sync_playwright = _sync_playwright()
+    executable = find_chromium()
+    target = url.rstrip("/") + page_path + (f"#token={token}" if token else "")
+    width, height = viewport
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable, headless=True, args=list(CHROMIUM_ARGS)
+        )
+        try:
+            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+            page.goto(target)
+            page.wait_for_selector(
+                "body[data-state='streaming']", state="attached", timeout=STREAMING_TIMEOUT_MS
+            )
+            if not page.evaluate("typeof window.renderStream?.latency === 'function'"):
+                raise MeasureError("the page's SDK has no renderStream.latency()")
+            page.wait_for_timeout(700)  # the SDK's first pings align the clocks
+            _drag(page, seconds, width, height)
+            page.wait_for_timeout(600)  # the last timing records arrive
+            summary: dict[str, Any] = page.evaluate("window.renderStream.latency()")
+        finally:
+            browser.close()
+    if not summary.get("frames"):
+        raise MeasureError("Chromium displayed no frame with a timing record")
+    return summary
+
+
+def _drag(page: Any, seconds: float, width: int, height: int) -> None:
+    """Hold the left button and sweep across the middle, back and forth."""
+    x, y, swing = width / 2, height / 2, width / 6
+    page.mouse.move(x, y)
+    page.mouse.down()
+    deadline = time.monotonic() + seconds
+    direction = 1
+    try:
+        while time.monotonic() < deadline:
+            page.mouse.move(x + swing * direction, y, steps=12)
+            direction = -direction
+    finally:
+        page.mouse.up()

@@ -1,0 +1,178 @@
+"""A Python program's end of one session's signaling socket (`/ws`): the viewer the tests use,
+the latency client and the load-test harness all open their sessions through it.
+
+It starts a session, trades the offer for the answer and ends the session; every other server
+message (queue positions, `session.interrupted`, errors after the start) goes to `on_message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+
+from render_server.protocol.signaling import PROTOCOL_VERSION
+
+
+class SignalingError(RuntimeError):
+    """The server refused or failed the session before it was up; `code` as on the wire."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def signaling_url(url: str) -> str:
+    """`http(s)://host:port[/]` or a `ws(s)://` URL → the browser signaling socket's URL."""
+    if url.startswith(("ws://", "wss://")):
+        return url
+    base = url.rstrip("/")
+    if base.startswith("https://"):
+        return "wss://" + base.removeprefix("https://") + "/ws"
+    if base.startswith("http://"):
+        return "ws://" + base.removeprefix("http://") + "/ws"
+    raise ValueError(f"{url!r} is not an http(s):// or ws(s):// URL")
+
+
+def json_object(data: str | bytes) -> dict[str, Any] | None:
+    """`data` parsed as JSON where it is a JSON object; None for anything else."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+class SignalingClient:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        on_message: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.url = signaling_url(url)
+        self.token = token
+        self.on_message = on_message
+        self.errors: list[dict[str, Any]] = []  # error messages from the server
+        self.info: dict[str, Any] = {}  # the `session.started` message
+        self._http: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._started: asyncio.Future[dict[str, Any]] | None = None
+        self._answer: asyncio.Future[str] | None = None
+        self.ended: asyncio.Future[str] | None = None  # the reason of `session.ended`
+        self.closed = asyncio.Event()  # the socket is gone
+
+    async def start(self, timeout: float | None = 15.0) -> dict[str, Any]:
+        """Open the socket and start a session; the `session.started` message.
+
+        aiohttp's errors (a refused upgrade, an unreachable server) pass through;
+        SignalingError when the server says no."""
+        loop = asyncio.get_running_loop()
+        self._started, self._answer, self.ended = (
+            loop.create_future(), loop.create_future(), loop.create_future()
+        )  # fmt: skip
+        self._http = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._ws = await self._http.ws_connect(self.url, headers=headers)
+        self._reader = asyncio.create_task(self._read())
+        await self.send({"type": "session.start"})
+        self.info = await asyncio.wait_for(asyncio.shield(self._started), timeout)
+        return self.info
+
+    def peer_connection(self) -> RTCPeerConnection:
+        """A peer connection with the session's ICE servers."""
+        ice = [RTCIceServer(urls=s["urls"]) for s in self.info.get("iceServers", [])]
+        return RTCPeerConnection(RTCConfiguration(iceServers=ice))
+
+    async def negotiate(
+        self,
+        pc: RTCPeerConnection,
+        timeout: float | None = 15.0,
+        edit_offer: Callable[[str], str] | None = None,
+    ) -> None:
+        """Offer `pc`'s local description, wait for the worker's answer and apply it."""
+        assert self._answer is not None, "start() first"
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        await self.send({"type": "offer", "sdp": edit_offer(sdp) if edit_offer else sdp})
+        answer = await asyncio.wait_for(asyncio.shield(self._answer), timeout)
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps({"v": PROTOCOL_VERSION, **message}))
+
+    async def end(self, timeout: float | None = None) -> str | None:
+        """Send `session.end`; with a timeout, wait that long for `session.ended` (so that
+        every frame the worker counted has arrived) and return its reason. None at once when
+        the message cannot be sent (the socket is gone: no answer will come)."""
+        try:
+            await self.send({"type": "session.end"})
+        except Exception:
+            return None
+        if timeout is None or self.ended is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(self.ended), timeout)
+        return None
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._ws is not None:
+            await self._ws.close()
+        if self._http is not None:
+            await self._http.close()
+        self.closed.set()
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        try:
+            async for msg in self._ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                message = json_object(msg.data)
+                if message is not None:
+                    self._dispatch(message)
+        finally:
+            self.closed.set()
+            self._fail_waiters(SignalingError("closed", "the signaling socket closed"))
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        assert self._started is not None and self._answer is not None and self.ended is not None
+        if kind == "session.started" and not self._started.done():
+            self._started.set_result(message)
+        elif kind == "answer" and not self._answer.done():
+            self._answer.set_result(str(message.get("sdp", "")))
+        else:
+            if kind == "error":
+                self.errors.append(message)
+                if self._fail_waiters(
+                    SignalingError(str(message.get("code")), str(message.get("message")))
+                ):
+                    return
+            elif kind == "session.ended":
+                if not self.ended.done():
+                    self.ended.set_result(str(message.get("reason", "")))
+                self._fail_waiters(
+                    SignalingError("ended", f"the session ended ({message.get('reason')})")
+                )
+            if self.on_message is not None:
+                self.on_message(message)
+
+    def _fail_waiters(self, error: SignalingError) -> bool:
+        """Fail the first handshake step still waiting; True if there was one."""
+        for waiter in (self._started, self._answer):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
+                waiter.exception()  # retrieved: nobody may be awaiting it yet
+                return True
+        return False

@@ -1,0 +1,134 @@
+"""A video track that hands aiortc already-encoded packets, paced at the stream's frame rate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from render_server.render.camera import OrbitCamera
+from render_server.stream.pipeline import FramePipeline
+from render_server.transport.timing import now_ms
+
+RTP_CLOCK = 90_000
+
+
+class EncodedVideoTrack(MediaStreamTrack):
+    """`recv()` returns one `av.Packet` per frame; aiortc only packetizes it.
+
+    Frames follow the stream's frame rate. Ticks that were missed (a slow frame) are dropped
+    rather than queued: the next frame shows the newest camera, never a backlog. While the
+    picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given);
+    input (`poke`) then starts a frame at once, no sooner than one frame interval after the
+    last, instead of waiting for a tick.
+    """
+
+    kind = "video"
+
+    def __init__(
+        self,
+        pipeline: FramePipeline,
+        fps: float,
+        camera_source: Callable[[float], OrbitCamera],
+        executor: Executor,
+        on_frame: Callable[[av.Packet, float], None] | None = None,
+        idle_fps: float | None = None,
+    ) -> None:
+        super().__init__()
+        self._pipeline = pipeline
+        self._camera_source = camera_source
+        self._executor = executor
+        self._on_frame = on_frame
+        self._idle_fps = idle_fps
+        self._interval = self._idle_interval = 0.0
+        self.set_fps(fps)
+        self._next_tick: float | None = None
+        self._last_camera: float | None = None
+        self._last_sent = -float("inf")  # loop time of the last frame's start
+        self._waiter: asyncio.Future[bool] | None = None
+        self._t0 = time.monotonic()
+        self.dropped_ticks = 0  # frame times skipped because a frame took too long
+        self.idle_ticks = 0  # ticks that repeated nothing because the picture stood still
+        self.ticks = 0  # frame times taken (sent or idle); dropped ones are counted above
+
+    def set_fps(self, fps: float) -> None:
+        """Pace frames at `fps` from the next tick on."""
+        self._interval = 1.0 / fps
+        # half the rate by default: a gap under three frame intervals is no freeze to a browser
+        idle = min(self._idle_fps or fps / 2, fps)
+        self._idle_interval = 1.0 / idle
+
+    def poke(self) -> None:
+        """Input arrived: a frame should start as soon as the frame rate allows."""
+        if self._waiter is not None:
+            _settle(self._waiter, True)
+
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep `seconds`, or less if poked; True when poked. (A future and a timer: cheaper
+        per frame than `wait_for`, which makes a task each time.)"""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(seconds, _settle, waiter, False)
+        try:
+            return bool(await waiter)
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    async def recv(self) -> av.Packet:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            now = loop.time()
+            if self._next_tick is None:
+                self._next_tick = now
+            wait = self._next_tick - now
+            if wait > 0:
+                if await self._wait(wait):
+                    # input: start now if the frame rate allows, and count ticks from here
+                    earliest = self._last_sent + self._interval
+                    if loop.time() < earliest:
+                        await asyncio.sleep(earliest - loop.time())
+                    self._next_tick = loop.time()
+            elif -wait > self._interval:
+                missed = int(-wait / self._interval)
+                self.dropped_ticks += missed
+                self._next_tick += missed * self._interval
+            self._next_tick += self._interval
+
+            self.ticks += 1
+            now = time.monotonic()
+            dt = 0.0 if self._last_camera is None else now - self._last_camera
+            self._last_camera = now
+            camera = self._camera_source(dt)
+            started = loop.time()
+            # half a tick of slack: ticks are not exact, and a repeat is due on its tick
+            idle_due = self._last_sent + self._idle_interval - self._interval / 2
+            if started < idle_due and self._pipeline.is_still(camera):
+                self.idle_ticks += 1
+                continue
+            self._last_sent = started
+            pts = int((now - self._t0) * RTP_CLOCK)
+            if self._pipeline.cheap:
+                packet = self._pipeline.produce(camera, pts)  # a thread hop would cost more
+            else:
+                packet = await loop.run_in_executor(
+                    self._executor, self._pipeline.produce, camera, pts
+                )
+            if self.readyState != "live":
+                raise MediaStreamError
+            if packet is not None:
+                if self._on_frame is not None:
+                    self._on_frame(packet, now_ms())
+                return packet
+
+
+def _settle(waiter: asyncio.Future[bool], poked: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(poked)
