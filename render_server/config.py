@@ -25,6 +25,11 @@ NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 # H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
 MIN_SIDE, MAX_WIDTH, MAX_HEIGHT = 64, 7680, 4320
 MAX_FPS = 240
+# shared by `serve` (its embedded worker) and `worker`
+DEFAULT_SLOTS = 2
+MAX_SCENE_TRIANGLES = 2_000_000
+MAX_SCENE_BYTES = 256 * 1024 * 1024
+HEARTBEAT_S = 2.0
 
 
 class ConfigError(ValueError):
@@ -168,9 +173,9 @@ class ServerConfig:
     port: int = 8080
     stream: StreamConfig = field(default_factory=StreamConfig)
     scene: Path | None = None  # None: the built-in default scene
-    max_scene_triangles: int = 2_000_000
-    max_scene_bytes: int = 256 * 1024 * 1024
-    slots: int = 2
+    max_scene_triangles: int = MAX_SCENE_TRIANGLES
+    max_scene_bytes: int = MAX_SCENE_BYTES
+    slots: int = DEFAULT_SLOTS
     allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
     ice_servers: tuple[str, ...] = ()  # stun: URLs handed to both peers
     client_dir: Path = PACKAGE_DIR / "client"  # the web client, served at /client/
@@ -185,7 +190,7 @@ class ServerConfig:
     turn_urls: tuple[str, ...] = ()
     turn_secret: str | None = field(default=None, repr=False)
     turn_ttl_s: float = 3600.0
-    heartbeat_s: float = 2.0  # workers beat this often ...
+    heartbeat_s: float = HEARTBEAT_S  # workers beat this often ...
     heartbeat_timeout_s: float = 6.0  # ... and are lost after this long without one
     resume_grace_s: float = 15.0  # a dropped browser socket may come back this long
     open_timeout_s: float = 15.0  # a worker must open a placed session within this
@@ -230,15 +235,15 @@ class WorkerConfig:
     secret: str | None = field(default=None, repr=False)  # to mint its own worker token
     key_file: Path | None = None
     worker_id: str = ""  # "": hostname and process id
-    slots: int = 2
+    slots: int = DEFAULT_SLOTS
     stream: StreamConfig = field(default_factory=StreamConfig)
     scene: Path | None = None
-    max_scene_triangles: int = 2_000_000
-    max_scene_bytes: int = 256 * 1024 * 1024
+    max_scene_triangles: int = MAX_SCENE_TRIANGLES
+    max_scene_bytes: int = MAX_SCENE_BYTES
     labels: tuple[str, ...] = ()
     region: str | None = None
     ice_servers: tuple[str, ...] = ()
-    heartbeat_s: float = 2.0
+    heartbeat_s: float = HEARTBEAT_S
     log_format: Literal["text", "json"] = "text"
 
     def __post_init__(self) -> None:

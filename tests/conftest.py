@@ -39,7 +39,7 @@ def server_config() -> ServerConfig:
 @pytest.fixture
 def start_server(aiohttp_server, scene: Scene) -> ServerFactory:  # type: ignore[no-untyped-def]
     """Start the one-process server; keyword arguments override ServerConfig fields."""
-    from render_server.cli.serve import build_app
+    from render_server.cli.process import build_app
 
     async def start(**overrides: object) -> TestServer:
         config = dataclasses.replace(

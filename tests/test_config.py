@@ -1,6 +1,7 @@
 import pytest
 
-from render_server.cli.main import build_parser, serve_config
+from render_server.cli.main import build_parser
+from render_server.cli.options import server_config
 from render_server.config import (
     ConfigError,
     Resolution,
@@ -45,10 +46,10 @@ def test_cli_and_environment_go_through_the_config(monkeypatch: pytest.MonkeyPat
     args = build_parser().parse_args(
         ["serve", "--fps", "60", "--allow-origin", "https://app.example/"]
     )
-    config = serve_config(args)
+    config = server_config(args)
     assert config.port == 9001  # from the environment
     assert config.stream.resolution == Resolution(640, 360)
     assert config.stream.fps == 60  # from the flag
     assert config.allowed_origins == ("https://app.example",)
     args = build_parser().parse_args(["serve", "--port", "9002"])
-    assert serve_config(args).port == 9002  # the flag wins over the environment
+    assert server_config(args).port == 9002  # the flag wins over the environment

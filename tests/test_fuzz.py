@@ -21,7 +21,7 @@ def live_server() -> Iterator[str]:
     """The one-process server in a thread of its own (hypothesis drives it synchronously)."""
     from aiohttp import web
 
-    from render_server.cli.serve import build_app
+    from render_server.cli.process import build_app
     from render_server.config import Resolution, ServerConfig, StreamConfig
 
     from .browser import free_port

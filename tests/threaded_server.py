@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from render_server.cli.serve import EMBEDDED_KEY, build_app
+from render_server.cli.process import EMBEDDED_KEY, build_app
 from render_server.config import ServerConfig
 from render_server.render.scene import Scene
 from render_server.signaling.app import CONTEXT_KEY

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
+from render_server.cli.options import SubParsers
 
 
 def add_latency(sub: SubParsers) -> None:

@@ -6,11 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from render_server.cli.options import SubParsers
 from render_server.config import ConfigError, Resolution
-
-SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from render_server.config import ServerConfig
 from render_server.metrics import Metrics
-from render_server.signaling.auth import Authenticator
-from render_server.signaling.state.bus import Bus
+from render_server.signaling.auth import Authenticator, load_keys
+from render_server.signaling.state.bus import Bus, connect_bus
+from render_server.signaling.state.redis_registry import connect_registry
 from render_server.signaling.state.registry import Registry
-from render_server.signaling.state.session_store import SessionStore
+from render_server.signaling.state.session_store import SessionStore, connect_session_store
 
 if TYPE_CHECKING:
     from render_server.signaling.session import SessionHandle
@@ -47,3 +51,18 @@ class SignalingContext:
     handles: dict[str, SessionHandle] = field(default_factory=dict)
     # the browsers' sockets, closed with 1001 on shutdown so that clients resume elsewhere at once
     browser_sockets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+
+
+async def connect_context(config: ServerConfig, metrics: Metrics) -> SignalingContext:
+    """A replica's context: its registry, bus and session store (in memory, or on the
+    configured Redis, which must answer), its authenticator and its id."""
+    auth = Authenticator(load_keys(config.secret, config.key_file), config.auth_required)
+    registry = await connect_registry(config.registry_url)
+    bus = await connect_bus(config.registry_url)
+    store = connect_session_store(config.registry_url)
+    replica = config.replica_id or default_replica_id()
+    return SignalingContext(config, registry, bus, store, metrics, auth, replica)
+
+
+def default_replica_id() -> str:
+    return f"replica-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -1,0 +1,260 @@
+"""Option groups shared by the commands, and the typed configs they build.
+
+Every default comes from the config dataclasses (`config.py`), the one place they are written;
+an option may also be set with RENDER_SERVER_<OPTION>, and a flag wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from render_server.config import (
+    ENCODERS,
+    NVENC_INPUTS,
+    NVENC_PRESETS,
+    PLAYOUT_DELAYS,
+    RENDERERS,
+    Resolution,
+    ServerConfig,
+    StreamConfig,
+    WorkerConfig,
+    env_value,
+    parse_debug_delays,
+)
+
+SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
+
+STREAM = StreamConfig()
+SERVER = ServerConfig()
+WORKER = WorkerConfig()
+
+
+def env(name: str, fallback: object) -> str:
+    """RENDER_SERVER_<NAME>, or `fallback` (a config default) as text."""
+    return env_value(name) or str(fallback)
+
+
+def _flag(name: str) -> bool:
+    return env(name, "") in ("1", "true", "yes")
+
+
+def _optional_float(name: str) -> float | None:
+    text = env(name, "")
+    return float(text) if text else None
+
+
+def env_list(name: str) -> list[str]:
+    return [item for item in env(name, "").split(",") if item]
+
+
+def stream_options(p: argparse.ArgumentParser) -> None:
+    s = STREAM
+    g = p.add_argument_group("stream (the worker's)")
+    g.add_argument(
+        "--resolution", default=env("resolution", s.resolution), help="WIDTHxHEIGHT (%(default)s)"
+    )
+    g.add_argument(
+        "--max-resolution", default=env("max_resolution", s.max_resolution),
+        help="the largest WIDTHxHEIGHT a browser may ask for (%(default)s)",
+    )  # fmt: skip
+    g.add_argument("--fps", type=float, default=float(env("fps", s.fps)), help="%(default)s")
+    g.add_argument(
+        "--bitrate", type=int, default=int(env("bitrate", 0)) or s.bitrate,
+        help="bits per second (default: from resolution and fps)",
+    )  # fmt: skip
+    g.add_argument(
+        "--renderer", choices=RENDERERS, default=env("renderer", s.renderer),
+        help="auto: CUDA where pycuda and a GPU work, else the CPU rasterizer (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--encoder", choices=ENCODERS, default=env("encoder", s.encoder),
+        help="auto: NVENC where the GPU has it, else libx264; replay: a pre-encoded clip in a "
+        "loop, for load tests (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--nvenc-preset", choices=NVENC_PRESETS, default=env("nvenc_preset", s.nvenc_preset),
+        help="NVENC speed/quality preset, p1 fastest (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--nvenc-input", choices=NVENC_INPUTS, default=env("nvenc_input", s.nvenc_input),
+        help="CUDA renderer + NVENC: device: NVENC reads the frames where they were drawn, in "
+        "GPU memory (PyAV >= 18); host: a copy in pinned host memory, uploaded again by FFmpeg "
+        "(%(default)s; device falls back to host where it does not open)",
+    )  # fmt: skip
+    g.add_argument(
+        "--intra-refresh", action="store_true", default=_flag("intra_refresh") or s.intra_refresh,
+        help="NVENC: refresh the picture in stripes instead of sending whole keyframes",
+    )  # fmt: skip
+    g.add_argument(
+        "--scene", type=Path, default=env_value("scene"),
+        help="a glTF 2.0 (.glb/.gltf) or OBJ file (default: the built-in scene)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-triangles", type=int,
+        default=int(env("max_triangles", SERVER.max_scene_triangles)),
+        help="refuse scenes with more triangles (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-scene-bytes", type=int, default=int(env("max_scene_bytes", SERVER.max_scene_bytes)),
+        help="refuse scene files larger than this (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--slots", type=int, default=int(env("slots", SERVER.slots)),
+        help="concurrent sessions of the worker (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--animate", action="store_true", default=_flag("animate") or s.animate,
+        help="orbit the camera slowly on its own",
+    )  # fmt: skip
+    g.add_argument(
+        "--idle-fps", type=float, default=_optional_float("idle_fps") or s.idle_fps,
+        help="repeat a still picture this often; input still starts a frame at once "
+        "(default: half of --fps)",
+    )  # fmt: skip
+    g.add_argument(
+        "--playout-delay", choices=PLAYOUT_DELAYS, default=env("playout_delay", s.playout_delay),
+        help="what browsers are asked to do with frames (RTP playout-delay): low = their "
+        "low-latency renderer, zero = show at once, off = their own smoothing (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--connect-timeout", type=float, default=float(env("connect_timeout", s.connect_timeout_s)),
+        help="end a session whose browser has not connected its media in this long "
+        "(at the start, or after its connection dropped) (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--idle-timeout", type=float, default=float(env("idle_timeout", s.idle_timeout_s or 0)),
+        help="end a controller's session after this many seconds without input; 0: never "
+        "(%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--label", action="append", default=env_list("label"), metavar="NAME",
+        help="a label browsers can require of the worker (repeatable)",
+    )  # fmt: skip
+    g.add_argument("--region", default=env_value("region"), help="the worker's region")
+
+
+def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
+    c = SERVER
+    g = p.add_argument_group("signaling")
+    g.add_argument(
+        "--host", default=env("host", default_host), help="address to bind (%(default)s)"
+    )
+    g.add_argument("--port", type=int, default=int(env("port", c.port)), help="%(default)s")
+    g.add_argument(
+        "--registry", default=env_value("registry"), metavar="URL",
+        help="redis://HOST:PORT/DB to share workers, sessions and the queue between "
+        "replicas (default: in memory, one replica)",
+    )  # fmt: skip
+    g.add_argument(
+        "--allow-origin", action="append", default=env_list("allow_origin"), metavar="URL",
+        help="another page origin allowed to connect (repeatable)",
+    )  # fmt: skip
+    g.add_argument(
+        "--ice-server", action="append", default=env_list("ice_server"), metavar="URL",
+        help="a stun: server for both peers (repeatable; none on a LAN)",
+    )  # fmt: skip
+    g.add_argument(
+        "--turn-url", action="append", default=env_list("turn_url"), metavar="URL",
+        help="a turn:/turns: server; credentials are minted per session (repeatable)",
+    )  # fmt: skip
+    g.add_argument("--turn-secret", default=env_value("turn_secret"),
+                   help="coturn's static-auth-secret (use-auth-secret)")  # fmt: skip
+    g.add_argument("--turn-ttl", type=float, default=float(env("turn_ttl", c.turn_ttl_s)),
+                   help="lifetime of TURN credentials, seconds (%(default)s)")  # fmt: skip
+    g.add_argument("--heartbeat-timeout", type=float,
+                   default=float(env("heartbeat_timeout", c.heartbeat_timeout_s)),
+                   help="a worker silent this long is lost (%(default)s s)")  # fmt: skip
+    g.add_argument(
+        "--resume-grace", type=float, default=float(env("resume_grace", c.resume_grace_s)),
+        help="a dropped browser may resume its session this long (%(default)s s)",
+    )  # fmt: skip
+
+
+def auth_options(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
+    g = p.add_argument_group("authentication")
+    if with_mode:
+        g.add_argument(
+            "--auth", choices=("auto", "on", "off"), default=env("auth", SERVER.auth),
+            help="tokens required? auto: off only for serve on loopback (%(default)s)",
+        )  # fmt: skip
+    g.add_argument(
+        "--secret", default=env_value("secret"),
+        help="HS256 key of the tokens (≥ 32 bytes); prefer RENDER_SERVER_SECRET",
+    )  # fmt: skip
+    g.add_argument("--key-file", type=Path, default=env_value("key_file"),
+                   help='a key set {"keys": {kid: secret}} for rotation')  # fmt: skip
+
+
+def log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-format", choices=("text", "json"), default=env("log_format", "text"))
+    p.add_argument("--log-level", default=env("log_level", "INFO"))
+
+
+def stream_config(args: argparse.Namespace) -> StreamConfig:
+    return StreamConfig(
+        resolution=Resolution.parse(args.resolution),
+        max_resolution=Resolution.parse(args.max_resolution),
+        fps=args.fps,
+        bitrate=args.bitrate,
+        renderer=args.renderer,
+        encoder=args.encoder,
+        nvenc_preset=args.nvenc_preset,
+        intra_refresh=args.intra_refresh,
+        nvenc_input=args.nvenc_input,
+        animate=args.animate,
+        connect_timeout_s=args.connect_timeout,
+        idle_timeout_s=args.idle_timeout or None,
+        idle_fps=args.idle_fps,
+        playout_delay=args.playout_delay,
+        debug_delays_ms=parse_debug_delays(env("debug_delay_ms", "")),
+    )
+
+
+def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> ServerConfig:
+    """`serve` (with its embedded worker's stream options) or `signaling` (without)."""
+    worker: dict[str, Any] = {}
+    if embedded_worker:
+        worker = dict(
+            stream=stream_config(args), scene=args.scene, max_scene_triangles=args.max_triangles,
+            max_scene_bytes=args.max_scene_bytes, slots=args.slots, labels=tuple(args.label),
+            region=args.region,
+        )  # fmt: skip
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        allowed_origins=tuple(o.rstrip("/") for o in args.allow_origin),
+        ice_servers=tuple(args.ice_server),
+        log_format=args.log_format,
+        embedded_worker=embedded_worker,
+        registry_url=args.registry,
+        auth=args.auth,
+        secret=args.secret,
+        key_file=args.key_file,
+        turn_urls=tuple(args.turn_url),
+        turn_secret=args.turn_secret,
+        turn_ttl_s=args.turn_ttl,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        resume_grace_s=args.resume_grace,
+        **worker,
+    )
+
+
+def worker_config(args: argparse.Namespace) -> WorkerConfig:
+    return WorkerConfig(
+        signaling_url=args.signaling,
+        token=args.token,
+        secret=args.secret,
+        key_file=args.key_file,
+        worker_id=args.worker_id,
+        slots=args.slots,
+        stream=stream_config(args),
+        scene=args.scene,
+        max_scene_triangles=args.max_triangles,
+        max_scene_bytes=args.max_scene_bytes,
+        labels=tuple(args.label),
+        region=args.region,
+        ice_servers=tuple(args.ice_server),
+        log_format=args.log_format,
+    )

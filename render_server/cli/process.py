@@ -1,0 +1,186 @@
+"""The server processes: `serve`'s app (a signaling replica with an embedded worker), a
+signaling replica, a worker process; the scene and worker they start with, how they stop, and
+how a failure at start reaches the operator (one line on stderr, exit code 2).
+
+Imported when a server command runs, not for `--help`: it loads aiortc, numba and trimesh."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from render_server.backends.choice import Backends, BackendUnavailable, choose_backends
+from render_server.config import ServerConfig, StreamConfig, WorkerConfig
+from render_server.metrics import Metrics
+from render_server.render.scene import Scene, SceneError, SceneLimits, default_scene, load_scene
+from render_server.signaling.app import create_app
+from render_server.signaling.auth import Authenticator, load_keys
+from render_server.signaling.context import connect_context
+from render_server.worker.agent import WorkerAgent
+from render_server.worker.embedded import EmbeddedWorker
+from render_server.worker.local import LocalWorker
+
+log = logging.getLogger(__name__)
+
+WORKER_KEY = web.AppKey("local_worker", LocalWorker)
+EMBEDDED_KEY = web.AppKey("embedded_worker", EmbeddedWorker)
+SELF_MINTED_TOKEN_TTL_S = 30 * 24 * 3600  # a worker minting its own token from the secret
+
+
+class ListenError(OSError):
+    """The server cannot listen where it was told to (port taken, address not ours)."""
+
+
+def default_id(prefix: str) -> str:
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def load_configured_scene(config: ServerConfig | WorkerConfig) -> Scene:
+    """The scene named by the config, or the default one; SceneError says what is wrong."""
+    if config.scene is None:
+        return default_scene()
+    limits = SceneLimits(max_triangles=config.max_scene_triangles, max_bytes=config.max_scene_bytes)
+    return load_scene(config.scene, limits)
+
+
+def configured_backends(stream: StreamConfig) -> Backends:
+    """The renderer and encoder the stream options ask for, resolved on this machine."""
+    return choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
+
+
+async def start_local_worker(
+    worker_id: str,
+    config: ServerConfig | WorkerConfig,
+    metrics: Metrics,
+    scene: Scene | None = None,
+    backends: Backends | None = None,
+) -> LocalWorker:
+    """A worker of this process, warmed up: renderer compiled, an encoder opened once."""
+    worker = LocalWorker(
+        worker_id, scene if scene is not None else load_configured_scene(config), config.stream,
+        config.slots, metrics, config.ice_servers,
+        backends if backends is not None else configured_backends(config.stream),
+    )  # fmt: skip
+    # numba compiles the renderer on the very first start (seconds), then loads it from its cache
+    log.info("worker.warming_up", extra={"worker": worker.worker_id})
+    seconds = await asyncio.get_running_loop().run_in_executor(None, worker.warm_up)
+    log.info(
+        "worker.ready",
+        extra={
+            "worker": worker.worker_id,
+            "triangles": worker.scene.triangle_count,
+            "resolution": str(worker.stream.resolution),
+            "fps": worker.stream.fps,
+            "renderer": worker.backends.renderer,
+            "encoder": worker.backends.encoder,
+            "warm_up_s": round(seconds, 2),
+        },
+    )
+    return worker
+
+
+async def until_stopped() -> None:
+    """Until SIGTERM (an orchestrator's stop) or Ctrl+C."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            # only the main thread may handle signals; elsewhere the caller stops the loop
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def run_process(main: Coroutine[Any, Any, None]) -> int:
+    """Run a server process; what stops it at start is one line on stderr and exit code 2."""
+    try:
+        asyncio.run(main)
+    except SceneError as exc:
+        print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
+        return 2
+    except (BackendUnavailable, ListenError, ConnectionError, ValueError) as exc:
+        # a backend that cannot run, a taken port, an unreachable Redis, a bad key
+        print(f"render-server: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def build_app(
+    config: ServerConfig, scene: Scene | None = None, backends: Backends | None = None
+) -> web.Application:
+    """A signaling replica as an aiohttp app, with `serve`'s embedded worker if configured.
+
+    BackendUnavailable (a ConfigError) when `cuda` or `nvenc` was asked for and cannot run.
+    """
+    metrics = Metrics()
+    worker = None
+    if config.embedded_worker:  # first: a scene or backend that cannot work stops the start
+        worker_id = f"local-{socket.gethostname()}"
+        worker = await start_local_worker(worker_id, config, metrics, scene, backends)
+    ctx = await connect_context(config, metrics)
+    app = create_app(ctx)
+    if worker is not None:
+        embedded = EmbeddedWorker(ctx, worker, config.heartbeat_s, config.labels, config.region)
+        app[WORKER_KEY] = worker
+        app[EMBEDDED_KEY] = embedded
+
+        async def start(_: web.Application) -> None:
+            await embedded.start()
+
+        async def stop(_: web.Application) -> None:
+            await embedded.stop()
+
+        app.on_startup.append(start)
+        app.on_shutdown.append(stop)
+    return app
+
+
+async def run_server(config: ServerConfig) -> None:
+    app = await build_app(config)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    what = "streaming" if config.embedded_worker else "signaling"
+    auth = "on" if config.auth_required else "off"
+    print(f"render-server: {what} at http://{host}:{config.port}/  (auth {auth}; Ctrl+C to stop)",
+          flush=True)  # fmt: skip
+    try:
+        await until_stopped()
+    finally:
+        await runner.cleanup()
+
+
+async def run_worker(config: WorkerConfig) -> None:
+    worker_id = config.worker_id or default_id("worker")
+    token = config.token
+    if token is None and (config.secret or config.key_file):
+        keys = load_keys(config.secret, config.key_file)
+        token = Authenticator(keys).mint("worker", worker_id, SELF_MINTED_TOKEN_TTL_S)
+    worker = await start_local_worker(worker_id, config, Metrics())
+    agent = WorkerAgent(worker, config.signaling_url, token, config.heartbeat_s, config.labels,
+                        config.region)  # fmt: skip
+    print(f"render-server: worker {worker_id} serving {config.slots} slots for "
+          f"{config.signaling_url}", flush=True)  # fmt: skip
+    run = asyncio.get_running_loop().create_task(agent.run())
+    try:
+        await until_stopped()
+    finally:
+        await agent.stop()
+        run.cancel()
