@@ -10,7 +10,8 @@ orbiting a little each frame. Per stage: the median and 95th percentile of `last
 (CUDA events); end to end: the wall time of the call. Then the frames per second the end-to-end
 median implies, and the wall time of `render_device_frame`, the zero-copy path (NV12 left in
 device memory, wrapped as a CUDA `av.VideoFrame` for NVENC), against it. The baseline,
-measured in the same run: the CPU renderer drawing the default scene at 1080p on one thread,
+measured in the same run: the CPU renderer drawing the default scene at 1080p (its shading
+pass in `bands.DEFAULT_BANDS` bands of rows at once, one per core up to 4, as it serves),
 against `render()` (RGB readback) of the CUDA renderer, the same work. Exits with code 2
 when there is no CUDA device.
 """
@@ -18,17 +19,15 @@ when there is no CUDA device.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # the CPU renderer's target: one core
-
-from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene  # noqa: E402
-from render_server.render.cuda.emulation import sphere_field  # noqa: E402
-from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable  # noqa: E402
+from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
+from render_server.render.bands import DEFAULT_BANDS
+from render_server.render.builtin_scenes import sphere_field
+from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable
 
 
 def median_p95(values: list[float]) -> tuple[float, float]:
@@ -80,7 +79,7 @@ def main() -> int:
     except CudaUnavailable as exc:
         print(f"no CUDA renderer here: {exc}", file=sys.stderr)
         return 2
-    device = probe._backend.device_name  # type: ignore[attr-defined]
+    device = probe.device_name
     probe.close()
     t0 = time.perf_counter()
     scenes["1M"] = sphere_field()
@@ -121,7 +120,7 @@ def main() -> int:
         with CudaRenderer(scene, 1920, 1080) as renderer:
             cuda_1080_rgb = wall_ms(renderer.render, camera, frames)
     print("default scene at 1920x1080, render() to an RGB host frame, median wall time:")
-    print(f"  CPU renderer (one thread, {args.cpu_frames} frames) {cpu_ms:9.2f} ms")
+    print(f"  CPU renderer ({DEFAULT_BANDS} bands, {args.cpu_frames} frames)  {cpu_ms:9.2f} ms")
     print(f"  CUDA renderer ({frames} frames)            {cuda_1080_rgb:9.3f} ms")
     print(f"  CPU / CUDA                               {cpu_ms / cuda_1080_rgb:9.1f} ×")
     return 0

@@ -10,13 +10,10 @@ import pytest
 
 from render_server.encode.convert import rgb_to_yuv420
 from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
-from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler, sphere_field
-from render_server.render.cuda.renderer import (
-    CudaRenderer,
-    CudaUnavailable,
-    PyCudaBackend,
-    share_primary_context,
-)
+from render_server.render.builtin_scenes import sphere_field
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
+from render_server.render.cuda.pycuda_backend import PyCudaBackend, share_primary_context
+from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable
 
 from .test_cuda_kernels import MIN_PSNR, cameras, double_sided_sheet, psnr, sheet_camera
 

@@ -22,24 +22,27 @@ from render_server.render import (
     Material,
     OrbitCamera,
     Scene,
-    cpu,
     default_scene,
     load_scene,
 )
-from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler, coverage
-from render_server.render.cuda.renderer import (
+from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
+from render_server.render.cuda.kernels import (
     KERNELS,
     NVCC_OPTIONS,
     SHADER_FILES,
     SHADERS_DIR,
-    CudaRenderer,
-    CudaUnavailable,
     shader_defines,
 )
+from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable
+
+from .pixel_coverage import cpu_coverage, emulated_coverage
 
 WIDTH, HEIGHT = 320, 180
-MIN_PSNR = 40.0  # the requirement; the emulation reaches about 100 dB (a pixel or two off by 1)
-MAX_ID_MISMATCH = 1e-4  # share of pixels whose visible triangle may differ from the CPU's
+# What the kernels achieve against the CPU renderer (README.md quotes it): measured at 320×180
+# on x86-64 over the views below, at worst 100.5 dB, one pixel one level off in one channel
+# (inf: identical), with the same visible triangle at every pixel. 97.5 dB is two such pixels:
+# a one-pixel margin for another CPU's vector unit (the shading is numba fastmath).
+MIN_PSNR = 97.5
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -82,11 +85,15 @@ def compare(scene: Scene, camera: OrbitCamera, emulated: EmulatedCudaRenderer) -
     frame = emulated.render(camera)
     ids = emulated.triangle_ids(camera.view_projection(emulated.width / emulated.height))
     db = psnr(frame, expected)
-    mismatch = float(np.mean(ids != cpu_renderer._ids))
-    off = int(np.count_nonzero(np.any(frame != expected, axis=2)))
-    line = f"PSNR {db:.1f} dB, {off} pixels differ, visible triangle differs at {mismatch:.4%}"
+    levels = np.abs(frame.astype(np.int16) - expected.astype(np.int16)).max(axis=2)
+    off = int(np.count_nonzero(levels))
+    other_triangle = int(np.count_nonzero(ids != cpu_renderer._ids))
+    line = (
+        f"PSNR {db:.1f} dB, {off} pixels differ (largest difference {int(levels.max())}), "
+        f"{other_triangle} pixels show another triangle"
+    )
     assert db >= MIN_PSNR, line
-    assert mismatch <= MAX_ID_MISMATCH, line
+    assert other_triangle == 0, line
     return line
 
 
@@ -131,7 +138,7 @@ def test_shaders_compile_to_ptx(source: str, arch: str, tmp_path: Path) -> None:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert not (result.stdout + result.stderr).strip(), "nvcc warns (pycuda would too)"
-    # the entry points and their parameters are what cuda.KERNELS launches them with
+    # the entry points and their parameters are what kernels.KERNELS launches them with
     text = ptx.read_text()
     for spec in KERNELS.values():
         if spec.source != source:
@@ -143,7 +150,7 @@ def test_shaders_compile_to_ptx(source: str, arch: str, tmp_path: Path) -> None:
 
 
 def test_the_shader_constants_come_from_the_cpu_renderer() -> None:
-    # the defaults in the .cu files (used when compiled standalone) agree with cpu.py
+    # the defaults in the .cu files (used when compiled standalone) agree with the CPU kernels'
     text = "".join((SHADERS_DIR / name).read_text() for name in SHADER_FILES)
     for name, value in shader_defines().items():
         default = re.search(rf"#define {name} (\S+)", text)
@@ -216,7 +223,7 @@ def test_depth_ties_resolve_as_on_the_cpu() -> None:
 
 def test_odd_frame_sizes(world: Scene, emulated: EmulatedCudaRenderer) -> None:
     renderer = EmulatedCudaRenderer(world, 97, 61)
-    compare(world, cameras(world)["framed"], renderer)
+    print(f"97x61: {compare(world, cameras(world)['framed'], renderer)}")
     with pytest.raises(ValueError, match="even sides"):
         renderer.render_frame(cameras(world)["framed"])
 
@@ -240,7 +247,7 @@ def test_fill_rule_an_axis_aligned_quad(emulated: EmulatedCudaRenderer) -> None:
     quad = np.array([[[nx0, ny0], [nx1, ny0], [nx1, ny1]], [[nx0, ny0], [nx1, ny1], [nx0, ny1]]])
     expected = np.zeros((h, w), np.int32)
     expected[5:15, 10:20] = 1
-    assert np.array_equal(coverage(quad, w, h), expected)
+    assert np.array_equal(emulated_coverage(quad, w, h), expected)
 
 
 def test_fill_rule_fans_match_the_cpu(emulated: EmulatedCudaRenderer) -> None:
@@ -253,9 +260,9 @@ def test_fill_rule_fans_match_the_cpu(emulated: EmulatedCudaRenderer) -> None:
         angles = np.arange(7) * 2 * math.pi / 7 + rng.uniform(-0.3, 0.3, 7)
         ring = centre + np.c_[np.cos(angles), np.sin(angles)] * rng.uniform(0.4, 40.0, (7, 1))
         fan = np.array([[centre, ring[k], ring[(k + 1) % 7]] for k in range(7)])
-        counts = coverage(fan, w, h)
+        counts = emulated_coverage(fan, w, h)
         assert counts.max() <= 1, "a pixel drawn twice"
-        assert np.array_equal(counts, cpu.coverage(fan, w, h)), "coverage differs from the CPU"
+        assert np.array_equal(counts, cpu_coverage(fan, w, h)), "coverage differs from the CPU"
 
 
 # -- conversion to the encoder's formats ------------------------------------------------------

@@ -24,7 +24,8 @@ from render_server.render import OrbitCamera, Scene, default_scene
 from render_server.render.cuda import dlpack
 from render_server.render.cuda import renderer as cuda_module
 from render_server.render.cuda.emulation import EmulatedCudaRenderer, compiler
-from render_server.render.cuda.renderer import DEVICE_FRAMES
+from render_server.render.cuda.launch import DEVICE_FRAMES
+from render_server.render.cuda.pycuda_backend import share_primary_context
 from render_server.stream.pictures import CudaPictures, nvenc_on_device
 from render_server.worker.local import LocalWorker
 
@@ -177,7 +178,7 @@ def test_the_worker_falls_back_to_host_frames_where_nvenc_refuses_device_frames(
     stream = StreamConfig(resolution=Resolution(WIDTH, HEIGHT))
     worker = LocalWorker("w", default_scene(), stream, 1, Metrics(), (), backends)
     with caplog.at_level(logging.WARNING):
-        pictures, encoder = worker._build(stream.resolution, stream.fps, None)
+        pictures, encoder = worker.build_stages(stream.resolution, stream.fps, None)
     try:
         assert worker.backends.nvenc_input == "host" and worker.backends.pix_fmt == "nv12"
         assert encoder.codec_name == "libx264"
@@ -195,7 +196,7 @@ def test_sharing_the_primary_context_says_why_not_without_a_driver() -> None:
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
-        reason = cuda_module.share_primary_context(0)
+        reason = share_primary_context(0)
         assert reason is not None and "libcuda" in reason
     else:
         pytest.skip("a CUDA driver is here: tests/test_cuda_gpu.py checks the shared context")
@@ -226,7 +227,7 @@ def test_after_device_frames_worked_a_refusal_costs_one_session_only(
     worker = LocalWorker("w", default_scene(), stream, 1, Metrics(), (), backends)
     worker._device_frames_opened = True
     with caplog.at_level(logging.WARNING):
-        pictures, encoder = worker._build(stream.resolution, stream.fps, None)
+        pictures, encoder = worker.build_stages(stream.resolution, stream.fps, None)
     try:
         assert worker.backends.device_frames  # the next session tries the GPU frames again
         assert encoder.codec_name == "libx264"  # NVENC on host frames did not open either

@@ -20,10 +20,10 @@ from render_server.render import (
     export_default_scene,
     load_scene,
 )
-from render_server.render.cpu import coverage
 from render_server.render.scene import srgb_to_linear
 
 from .make_reference import HEIGHT, REFERENCE, WIDTH, reference_camera, render_reference
+from .pixel_coverage import cpu_coverage
 
 OUTPUT_DIR = Path(__file__).parent.parent / "test-output"
 
@@ -174,7 +174,7 @@ def test_an_axis_aligned_quad_covers_its_pixels_exactly_once() -> None:
     nx0, nx1 = 2 * x0 / w - 1, 2 * x1 / w - 1
     ny0, ny1 = 1 - 2 * y0 / h, 1 - 2 * y1 / h
     quad = [[[nx0, ny0], [nx1, ny0], [nx1, ny1]], [[nx0, ny0], [nx1, ny1], [nx0, ny1]]]
-    counts = coverage(np.array(quad), w, h)
+    counts = cpu_coverage(np.array(quad), w, h)
     expected = np.zeros((h, w), np.int32)
     expected[5:15, 10:20] = 1
     assert np.array_equal(counts, expected)
@@ -193,7 +193,7 @@ def test_triangles_sharing_edges_never_leave_gaps_or_overlap() -> None:
         angles = np.arange(7) * 2 * math.pi / 7 + rng.uniform(-0.3, 0.3, 7)
         ring = centre + np.c_[np.cos(angles), np.sin(angles)] * rng.uniform(0.4, 2.5, (7, 1))
         fan = [[centre, ring[k], ring[(k + 1) % 7]] for k in range(7)]
-        counts = coverage(np.array(fan), w, h)
+        counts = cpu_coverage(np.array(fan), w, h)
         assert counts.max() <= 1, "a pixel drawn twice"
         # covered: every pixel centre clearly inside the polygon's kernel (inside all edges)
         inside = np.ones((h, w), bool)

@@ -17,7 +17,7 @@ from render_server.backends.gpu import describe, probe_cuda, probe_nvenc
 from render_server.config import Resolution
 from render_server.encode.nvenc import NVENC_CODECS
 from render_server.encode.x264 import create_x264_encoder
-from render_server.render.scene import default_scene
+from render_server.render.builtin_scenes import default_scene
 
 BENCH_RESOLUTION = Resolution(1280, 720)
 

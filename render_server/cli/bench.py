@@ -27,7 +27,7 @@ def add_bench(sub: SubParsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from render_server.backends.bench import bench_pipeline
     from render_server.backends.choice import Backends, choose_backends
-    from render_server.render.scene import default_scene
+    from render_server.render.builtin_scenes import default_scene
 
     logging.getLogger("render_server").setLevel(logging.ERROR)
     resolutions = [Resolution.parse(r) for r in args.resolutions.split(",")]

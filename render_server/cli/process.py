@@ -22,7 +22,9 @@ from aiohttp import web
 from render_server.backends.choice import Backends, BackendUnavailable, choose_backends
 from render_server.config import ServerConfig, StreamConfig, WorkerConfig
 from render_server.metrics import Metrics
-from render_server.render.scene import Scene, SceneError, SceneLimits, default_scene, load_scene
+from render_server.render.builtin_scenes import default_scene
+from render_server.render.scene import Scene, SceneError
+from render_server.render.scene_files import SceneLimits, load_scene
 from render_server.signaling.app import create_app
 from render_server.signaling.auth import Authenticator, load_keys
 from render_server.signaling.context import connect_context

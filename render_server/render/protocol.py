@@ -1,4 +1,4 @@
-"""What the worker asks of a renderer: a frame for a camera."""
+"""What the worker asks of a renderer: a frame for a camera, at a size every renderer takes."""
 
 from __future__ import annotations
 
@@ -21,3 +21,12 @@ class Renderer(Protocol):
     height: int
 
     def render(self, camera: OrbitCamera) -> np.ndarray: ...
+
+
+MAX_SIDE = 8192  # pixels: a frame side past this is refused rather than allocated
+
+
+def check_frame_size(width: int, height: int) -> None:
+    """Raise ValueError unless every renderer accepts a `width` × `height` frame."""
+    if not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE):
+        raise ValueError(f"frame size {width}x{height} is outside 1..{MAX_SIDE}")

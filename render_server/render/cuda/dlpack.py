@@ -78,18 +78,21 @@ def _release(address: int | None) -> None:
             _live.pop(address, None)
 
 
-@_Deleter
-def _deleter(address: int | None) -> None:
+def _deleter_callback(address: int | None) -> None:
     # called by the consumer, from any thread (ctypes takes the GIL for it)
     _release(address)
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule: int | None) -> None:
+def _capsule_destructor_callback(capsule: int | None) -> None:
     # a capsule nobody consumed still owns its tensor; a consumed one was renamed
     # "used_dltensor" and its consumer calls the deleter instead
     if capsule and _capsule_is_valid(capsule, _NAME):
         _release(_capsule_get_pointer(capsule, _NAME))
+
+
+# C function pointers to the callbacks; module globals, so they live as long as any capsule
+_deleter = _Deleter(_deleter_callback)
+_capsule_destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_capsule_destructor_callback)
 
 
 def live_exports() -> int:

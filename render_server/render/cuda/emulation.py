@@ -3,7 +3,7 @@
 `shaders/*.cu` are written to compile both with nvcc and, as plain C++, with g++ (see
 shaders/common.cuh): each kernel's entry point loops over its items on the host. This module
 compiles them into a shared library (cached by a hash of the sources and flags) and drives it
-through ctypes with `cuda.LaunchSequence`, the same launch sequence and buffers `CudaRenderer`
+through ctypes with `launch.LaunchSequence`, the same launch sequence and buffers `CudaRenderer`
 uses, so the tests exercise the real kernels and the real orchestration, only sequentially.
 It is sequential and unvectorized (a 320×180 frame of the default scene takes a few ms, a
 1280×720 one about 50 ms; the first use compiles for about 2 s) and meant for tests and tools,
@@ -27,22 +27,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import trimesh
 
 from render_server.render.cuda import dlpack
-from render_server.render.cuda.renderer import (
+from render_server.render.cuda.kernels import (
     COMMON_HEADER,
     KERNELS,
     SHADER_FILES,
     SHADERS_DIR,
-    KernelRenderer,
     KernelSpec,
-    LaunchSequence,
     shader_defines,
 )
-from render_server.render.scene import Material, Scene
+from render_server.render.cuda.launch import LaunchSequence
+from render_server.render.cuda.renderer import KernelRenderer
+from render_server.render.scene import Scene
 
-# No contraction (see cuda.NVCC_OPTIONS) and no fast-math: IEEE arithmetic as on the GPU.
+# No contraction (see kernels.NVCC_OPTIONS) and no fast-math: IEEE arithmetic as on the GPU.
 CXX_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-ffp-contract=off")
 _ARG_TYPES = {"P": ctypes.c_void_p, "i": ctypes.c_int}
 
@@ -98,7 +97,7 @@ def load_library() -> ctypes.CDLL:
 
 
 class HostBackend:
-    """`cuda.Backend` in host memory: numpy arrays for device buffers, ctypes for launches.
+    """`launch.Backend` in host memory: numpy arrays for device buffers, ctypes for launches.
 
     Launches run to completion on the calling thread, so `record` is a clock reading and the
     stage timings are host times.
@@ -177,52 +176,3 @@ def ids_of(keys: np.ndarray) -> np.ndarray:
     low = (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
     ids = np.where(keys == 0, -1, 0xFFFFFFFF - low)
     return ids.astype(np.int32)
-
-
-def coverage(triangles_ndc: np.ndarray, width: int, height: int) -> np.ndarray:
-    """`cpu.coverage` through the kernels: how many of the 2D triangles cover each pixel."""
-    tris = np.asarray(triangles_ndc, dtype=np.float32).reshape(-1, 3, 2)
-    positions = np.zeros((len(tris), 3, 3), np.float32)
-    positions[:, :, :2] = tris
-    normals = np.zeros_like(positions)
-    normals[:, :, 2] = 1.0
-    both_sides = Material("coverage", (1.0, 1.0, 1.0), 1.0, 0.0, True)  # cull nothing
-    scene = Scene(positions, normals, np.zeros(len(tris), np.int32), [both_sides])
-    vp = np.eye(4)
-    vp[2, 2] = 0.0  # z = 0: every corner sits mid-depth, none is clipped
-    counts = np.zeros((height, width), np.int32)
-    with EmulatedCudaRenderer(scene, width, height) as renderer:
-        for k in range(len(tris)):
-            counts += renderer.pipeline.keys(vp, first=k, count=1) != 0
-    return counts
-
-
-def sphere_field(spheres_per_side: int = 7, subdivisions: int = 5) -> Scene:
-    """A dense scene for load tests: a grid of smooth icospheres over a ground plate.
-
-    7 × 7 spheres of subdivision 5 make 1,003,522 triangles (20,480 a sphere, 2 the plate).
-    """
-    ball = trimesh.creation.icosphere(subdivisions=subdivisions)
-    unit = np.asarray(ball.vertices, dtype=np.float64)[np.asarray(ball.faces)]  # (F, 3, 3)
-    palette = [
-        Material("clay", (0.7, 0.3, 0.2), 0.7, 0.0, False),
-        Material("steel", (0.8, 0.8, 0.85), 0.25, 1.0, False),
-        Material("jade", (0.2, 0.6, 0.4), 0.4, 0.0, False),
-        Material("ground", (0.45, 0.43, 0.4), 0.85, 0.0, False),
-    ]
-    positions, normals, ids = [], [], []
-    for k in range(spheres_per_side**2):
-        row, col = divmod(k, spheres_per_side)
-        centre = np.array([col * 2.5, 1.0, row * 2.5])
-        positions.append(unit + centre)
-        normals.append(unit / np.linalg.norm(unit, axis=2, keepdims=True))
-        ids.append(np.full(len(unit), k % 3, np.int32))
-    extent = (spheres_per_side - 1) * 2.5
-    lo, hi = -2.0, extent + 2.0
-    plate = np.array(
-        [[[lo, 0, lo], [lo, 0, hi], [hi, 0, hi]], [[lo, 0, lo], [hi, 0, hi], [hi, 0, lo]]]
-    )
-    positions.append(plate)
-    normals.append(np.tile([0.0, 1.0, 0.0], (2, 3, 1)))
-    ids.append(np.full(2, 3, np.int32))
-    return Scene(np.concatenate(positions), np.concatenate(normals), np.concatenate(ids), palette)
