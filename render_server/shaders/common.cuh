@@ -1,6 +1,6 @@
 // Dual-target support: the same kernel source compiles with nvcc for the GPU (pycuda's
 // SourceModule) and with g++ as plain C++ for the host emulation the CI tests run
-// (render_server/render/cuda_emulation.py).
+// (render_server/render/cuda/emulation.py).
 //
 // Every kernel is a body function that takes its work index explicitly, plus an entry point
 // made by one of the macros below: on the GPU an `extern "C" __global__` wrapper computes the

@@ -1,4 +1,5 @@
-// Visibility: the CPU renderer's `_visibility` (render_server/render/cpu.py) as four kernels.
+// Visibility: the CPU renderer's `visibility` (render_server/render/cpu/raster.py) as four
+// kernels.
 //
 //   clear         one thread per pixel: key = 0 (empty); item 0 also zeroes the job counters
 //   setup         one thread per triangle: transform, cull, barycentric and depth planes, clip,
@@ -12,7 +13,7 @@
 // tie the earliest, exactly what the CPU's sequential `z > depth` test keeps, whatever order
 // the jobs run in. Key 0 is "no triangle".
 //
-// The arithmetic follows cpu.py operation for operation (float64 where it uses float64, fused
+// The arithmetic follows raster.py operation for operation (float64 where it uses float64, fused
 // multiply-adds exactly where numba emits them) so that coverage, depth and thus triangle ids
 // match the CPU renderer's. Consumer GPUs run float64 at 1/32-1/64 of the float32 rate; here
 // it is spent once per triangle in `setup` and once per covered row in the rasterizers, not
@@ -20,19 +21,19 @@
 #include "common.cuh"
 
 #ifndef SUBPIXEL
-#define SUBPIXEL 256  // 8 bits of sub-pixel precision (cpu.SUBPIXEL)
+#define SUBPIXEL 256  // 8 bits of sub-pixel precision (raster.SUBPIXEL)
 #endif
 #ifndef GUARD_BAND
-#define GUARD_BAND 16.0  // clip |x|, |y| beyond 16·w (cpu.GUARD_BAND)
+#define GUARD_BAND 16.0  // clip |x|, |y| beyond 16·w (raster.GUARD_BAND)
 #endif
 #ifndef SPAN_MIN_WIDTH
-#define SPAN_MIN_WIDTH 12  // the CPU fills wider bounding boxes by spans (cpu.SPAN_MIN_WIDTH)
+#define SPAN_MIN_WIDTH 12  // wider bounding boxes are filled by spans (raster.SPAN_MIN_WIDTH)
 #endif
 #ifndef EMPTY_DEPTH
-#define EMPTY_DEPTH (-3.0e38f)  // cpu.EMPTY_DEPTH: a depth no drawn pixel has
+#define EMPTY_DEPTH (-3.0e38f)  // raster.EMPTY_DEPTH: a depth no drawn pixel has
 #endif
 
-#define PLANE_WIDTH 10   // barycentric planes per triangle, as cpu.py's planes[t, 0:10]
+#define PLANE_WIDTH 10   // barycentric planes per triangle (raster.PLANE_WIDTH)
 #define DEPTH_WIDTH 3    // depth plane d_i, d_j, d_c per triangle
 #define JOB_INTS 8       // tid, x0, y0, x1, y1, x2, y2 (fixed point, clockwise), rows
 #define SMALL_JOB_PIXELS 128  // bounding boxes up to this many pixels: one thread
@@ -55,7 +56,7 @@ RS_KERNEL_PER_ITEM(clear, (rs_u64* keys, rs_u64* counters), (keys, counters))
 // -- setup ---------------------------------------------------------------------------------
 
 RS_DEVICE rs_i64 fixed_coord(double ndc, int size, int flip) {
-    // cpu._fixed_x / _fixed_y: floor((ndc·0.5 + 0.5)·size·SUBPIXEL + 0.5), y flipped
+    // raster._fixed_x / _fixed_y: floor((ndc·0.5 + 0.5)·size·SUBPIXEL + 0.5), y flipped
     double unit = flip ? (0.5 - ndc * 0.5) : (ndc * 0.5 + 0.5);
     double v = floor(unit * (double)size * (double)SUBPIXEL + 0.5);
     // after the guard band |ndc| <= 16 (plus rounding): this bound only keeps NaN and
@@ -75,7 +76,7 @@ RS_DEVICE void write_job(int* jobs, rs_u64 slot, int tid, const rs_i64* c, int r
     job[7] = rows;
 }
 
-// The fill of one (sub)triangle in fixed point: what cpu._fill would draw, as jobs.
+// The fill of one (sub)triangle in fixed point: what raster._fill would draw, as jobs.
 RS_DEVICE void emit_jobs(int tid, rs_i64 x0, rs_i64 y0, rs_i64 x1, rs_i64 y1, rs_i64 x2,
                          rs_i64 y2, int width, int height, int* small_jobs, int small_capacity,
                          int* large_jobs, int large_capacity, rs_u64* counters) {
@@ -112,7 +113,7 @@ RS_DEVICE void emit_jobs(int tid, rs_i64 x0, rs_i64 y0, rs_i64 x1, rs_i64 y1, rs
     }
 }
 
-// cpu._clip_polygon: keep the part of poly[src] where a·x + b·y + c·z + d·w >= 0.
+// raster._clip_polygon: keep the part of poly[src] where a·x + b·y + c·z + d·w >= 0.
 RS_DEVICE int clip_polygon(double poly[2][16][4], int src, int n, double a, double b, double c,
                            double d) {
     int dst = 1 - src;
@@ -254,7 +255,7 @@ RS_KERNEL_PER_ITEM(setup,
 
 // -- rasterization -------------------------------------------------------------------------
 
-// The visibility key of depth z for triangle tid (cpu.py: `z > depth` against EMPTY_DEPTH).
+// The visibility key of depth z for triangle tid (raster.py: `z > depth` against EMPTY_DEPTH).
 RS_DEVICE void depth_test(rs_u64* keys, size_t pixel, float z, int tid) {
     if (!(z > EMPTY_DEPTH)) return;  // what the CPU never draws, NaN included
     if (z == 0.0f) z = 0.0f;         // −0 ties with +0 in the CPU's float compare
@@ -265,7 +266,7 @@ RS_DEVICE void depth_test(rs_u64* keys, size_t pixel, float z, int tid) {
     if (key > *slot) rs_atomic_max_u64(slot, key);  // keys only grow: skip hopeless atomics
 }
 
-// cpu._span: narrow [lo, hi] to the columns i where f + a·(i − i0) >= 0.
+// raster._span: narrow [lo, hi] to the columns i where f + a·(i − i0) >= 0.
 RS_DEVICE void span(rs_i64 f, rs_i64 a, rs_i64 i0, rs_i64* lo, rs_i64* hi) {
     if (a > 0) {
         if (f < 0) *lo = rs_max64(*lo, i0 + rs_floor_div(-f + a - 1, a));
@@ -282,7 +283,7 @@ RS_DEVICE void span(rs_i64 f, rs_i64 a, rs_i64 i0, rs_i64* lo, rs_i64* hi) {
     }
 }
 
-// Edge a→b at the pixel centre (px, py): cpu._edge (biased by −1 unless top-left).
+// Edge a→b at the pixel centre (px, py): raster._edge (biased by −1 unless top-left).
 RS_DEVICE rs_i64 edge_value(rs_i64 ax, rs_i64 ay, rs_i64 bx, rs_i64 by, rs_i64 px, rs_i64 py) {
     rs_i64 dx = bx - ax, dy = by - ay;
     rs_i64 value = dx * (py - ay) - dy * (px - ax);
@@ -291,7 +292,7 @@ RS_DEVICE rs_i64 edge_value(rs_i64 ax, rs_i64 ay, rs_i64 bx, rs_i64 by, rs_i64 p
 }
 
 // Rows first + row_offset, first + row_offset + row_step, … of a job; columns col_offset,
-// col_offset + col_step, … of each row's pixels. cpu._fill, with its two ways of computing a
+// col_offset + col_step, … of each row's pixels. raster._fill, with its two ways of computing a
 // pixel's depth: directly in narrow boxes, stepped along the row's span in wide ones.
 RS_DEVICE void raster_rows(const int* job, int row_offset, int row_step, int col_offset,
                            int col_step, const double* depth_planes, int width, rs_u64* keys) {

@@ -1,4 +1,5 @@
-// Shading: the CPU renderer's `_shade` (render_server/render/cpu.py), one thread per pixel.
+// Shading: the CPU renderer's `shade` (render_server/render/cpu/shading.py), one thread per
+// pixel.
 //
 // Each pixel is lit once from the triangle its visibility key names: perspective-correct
 // barycentrics from the triangle's planes, the corner normals and shadow-map coordinates
@@ -15,30 +16,30 @@
 #include "common.cuh"
 
 #ifndef SHADOW_SIZE
-#define SHADOW_SIZE 1024  // cpu.SHADOW_SIZE
+#define SHADOW_SIZE 1024  // shading.SHADOW_SIZE
 #endif
 #ifndef TILE
-#define TILE 8  // cpu.TILE
+#define TILE 8  // shading.TILE
 #endif
 #ifndef TILE_STEP
-#define TILE_STEP 7  // cpu.TILE_STEP
+#define TILE_STEP 7  // shading.TILE_STEP
 #endif
 #ifndef COARSE
-#define COARSE 32  // cpu.COARSE
+#define COARSE 32  // shading.COARSE
 #endif
 #ifndef LUT_SIZE
-#define LUT_SIZE 4096  // cpu.LUT_SIZE
+#define LUT_SIZE 4096  // shading.LUT_SIZE
 #endif
 #ifndef LUT_MAX
-#define LUT_MAX 16.0  // cpu.LUT_MAX
+#define LUT_MAX 16.0  // shading.LUT_MAX
 #endif
 
-#define PLANE_WIDTH 10     // cpu.py's planes[t, 0:10]
-#define TRIANGLE_WIDTH 18  // cpu._TRIANGLE_WIDTH: corner normals, corner shadow u, v, depth
-#define MATERIAL_WIDTH 21  // cpu._MATERIAL_WIDTH
-#define VIEW_OFFSET 16     // frame[16:30] holds cpu._view(): r0, ri, rj, eye, floor y, offset
+#define PLANE_WIDTH 10     // raster.PLANE_WIDTH: the planes of raster.visibility
+#define TRIANGLE_WIDTH 18  // prepare.TRIANGLE_WIDTH: corner normals, shadow u, v, depth
+#define MATERIAL_WIDTH 21  // lighting.MATERIAL_WIDTH
+#define VIEW_OFFSET 16     // frame[16:30]: prepare.view_constants() (rays, eye, floor y, offset)
 
-// Index of linear radiance x (float64) in the tone-mapping LUT: cpu._lut_index.
+// Index of linear radiance x (float64) in the tone-mapping LUT: shading._lut_index.
 RS_DEVICE int lut_index_d(double x, float scale, int top) {
     return rs_trunc_clamp_d(sqrt(rs_maxd(x, 0.0)) * (double)scale, 0, top);
 }
@@ -48,7 +49,7 @@ RS_DEVICE int lut_index_f(float x, float scale, int top) {
     return rs_trunc_clamp(sqrtf(rs_maxf(x, 0.0f)) * scale, 0, top);
 }
 
-// cpu._sun_visibility at one point: 2×2 bilinear PCF of the shadow map (0 in shadow).
+// shading._sun_visibility at one point: 2×2 bilinear PCF of the shadow map (0 in shadow).
 // (u, v, d) are the shadow coordinates times 1/w, e is 1/w, n the normal times 1/w.
 RS_DEVICE float sun_visibility(float u, float v, float d, float e, float nx, float ny, float nz,
                                float lx, float ly, float lz, const float* shadow_tiles,
@@ -141,7 +142,7 @@ RS_DEVICE void shade_body(int pixel, const rs_u64* keys, const double* planes,
     } else {
         int t = (int)(0xFFFFFFFFu - (rs_u32)(key & 0xFFFFFFFFull));
         m = material_ids[t];
-        // e_k: the barycentrics times 1/w at this pixel (cpu._triangle_terms)
+        // e_k: the barycentrics times 1/w at this pixel (shading._triangle_terms)
         const double* p = planes + (size_t)t * PLANE_WIDTH;
         double c0 = p[0] * i + p[1] * jj + p[2];
         double c1 = p[3] * i + p[4] * jj + p[5];
