@@ -67,7 +67,7 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-class SessionLogger(logging.LoggerAdapter):
+class SessionLogger(logging.LoggerAdapter[logging.Logger]):
     """A logger that puts `session=<id>` (and any other fixed fields) on every line."""
 
     def process(

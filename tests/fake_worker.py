@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from render_server.protocol.signaling import encode_message
+from render_server.protocol.wire import SUBPROTOCOL, encode_message
 from render_server.protocol.worker import (
     CloseSession,
     Heartbeat,
@@ -25,7 +25,6 @@ from render_server.protocol.worker import (
     WorkerSessionEnded,
     parse_to_worker,
 )
-from render_server.signaling.auth import SUBPROTOCOL
 
 PLACEHOLDER_SDP = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=fake worker\r\nt=0 0\r\n"
 

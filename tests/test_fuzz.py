@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from render_server.protocol.data_channel import INPUT_TYPES, InputError, parse_input
-from render_server.protocol.signaling import ProtocolError, parse_client_message
+from render_server.protocol.errors import ProtocolError
+from render_server.protocol.signaling import parse_client_message
 
 
 @pytest.fixture(scope="module")

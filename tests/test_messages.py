@@ -1,22 +1,55 @@
+import asyncio
 import json
+import logging
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from render_server.protocol.bus import (
+    Assigned,
+    BusMessage,
+    EndRequested,
+    QueueChanged,
+    Resumed,
+    SessionNews,
+    WorkerLost,
+    parse_queue_news,
+    parse_session_news,
+    parse_session_request,
+    to_bus,
+)
+from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.signaling import (
-    MAX_MESSAGE_BYTES,
     Answer,
     Error,
-    ErrorCode,
     IceCandidate,
     IceServer,
     Offer,
-    ProtocolError,
     SessionEnd,
     SessionStart,
     SessionStarted,
-    encode_message,
     parse_client_message,
 )
+from render_server.protocol.wire import MAX_MESSAGE_BYTES, NAME, encode_message
+from render_server.protocol.worker import (
+    ROLES,
+    CloseSession,
+    OpenSession,
+    SessionIce,
+    SessionOffer,
+    SessionOpened,
+    SessionReply,
+    SessionRequest,
+    WorkerAnswer,
+    WorkerError,
+    WorkerSessionEnded,
+    parse_from_worker,
+    parse_to_worker,
+)
+from render_server.signaling.channels import Channels, browser_channel
+from render_server.signaling.state.bus import MemoryBus
 
 
 def msg(**fields: object) -> str:
@@ -104,3 +137,196 @@ def test_server_messages_use_the_browser_spelling() -> None:
         "code": "bad_json",
         "message": "no",
     }
+
+
+# -- the worker's protocol and the bus between replicas ------------------------------------------
+
+SESSION_IDS = st.text("0123456789abcdef", min_size=32, max_size=32)
+REASONS = st.text(max_size=64)
+NAMES = st.from_regex(NAME, fullmatch=True)
+SDPS = st.text(max_size=80).map(lambda s: "v=0" + s)
+OPTIONAL_TEXT = st.none() | st.text(max_size=40)
+ICE_SERVERS = st.builds(
+    IceServer,
+    urls=st.lists(st.text(max_size=40), max_size=8),
+    username=OPTIONAL_TEXT,
+    credential=OPTIONAL_TEXT,
+)
+CANDIDATES = st.just("") | st.text(max_size=60).map(lambda s: "candidate:" + s)
+
+SESSION_REPLIES = st.one_of(
+    st.builds(
+        SessionOpened,
+        SESSION_IDS,
+        st.integers(0, 16384),
+        st.integers(0, 16384),
+        st.floats(0, 1000),
+        NAMES,
+    ),
+    st.builds(WorkerAnswer, SESSION_IDS, SDPS),
+    st.builds(WorkerError, SESSION_IDS, REASONS, st.text(max_size=500)),
+    st.builds(WorkerSessionEnded, SESSION_IDS, REASONS),
+)
+SESSION_NEWS = st.one_of(
+    st.builds(Assigned, SESSION_IDS, st.text(min_size=1, max_size=256)),
+    st.builds(WorkerLost, SESSION_IDS, REASONS),
+    st.builds(Resumed, st.integers(1, 2**53)),
+    st.builds(EndRequested, REASONS),
+    SESSION_REPLIES,
+)
+SESSION_REQUESTS = st.one_of(
+    st.builds(OpenSession, SESSION_IDS, st.sampled_from(ROLES), st.lists(ICE_SERVERS, max_size=3)),
+    st.builds(SessionOffer, SESSION_IDS, SDPS),
+    st.builds(
+        SessionIce,
+        SESSION_IDS,
+        CANDIDATES,
+        st.none() | st.text(max_size=64),
+        st.none() | st.integers(0, 63),
+    ),
+    st.builds(CloseSession, SESSION_IDS, REASONS),
+)
+
+
+def over_the_bus(message: BusMessage) -> object:
+    """The message as a peer receives it: JSON text in between, as on Redis."""
+    return json.loads(json.dumps(to_bus(message)))
+
+
+@given(SESSION_NEWS)
+def test_session_news_round_trip(news: SessionNews) -> None:
+    assert parse_session_news(over_the_bus(news)) == news
+
+
+@given(SESSION_REQUESTS)
+def test_session_requests_round_trip_on_the_bus_and_the_socket(asked: SessionRequest) -> None:
+    assert parse_session_request(over_the_bus(asked)) == asked
+    assert parse_to_worker(encode_message(asked)) == asked  # as the worker's socket reads it
+
+
+@given(SESSION_REPLIES)
+def test_session_replies_round_trip_on_the_socket(reply: SessionReply) -> None:
+    assert parse_from_worker(encode_message(reply)) == reply
+
+
+def test_queue_changed_round_trip() -> None:
+    assert parse_queue_news(over_the_bus(QueueChanged())) == QueueChanged()
+
+
+def test_bus_documents_keep_their_shape() -> None:
+    """What replicas published before these types: a rolling upgrade mixes both."""
+    sid = "0" * 32
+    assert to_bus(Assigned(sid, "w1")) == {
+        "v": 1, "type": "assigned", "sessionId": sid, "workerId": "w1"
+    }  # fmt: skip
+    assert to_bus(WorkerLost(sid, "heartbeat_timeout")) == {
+        "v": 1, "type": "worker_lost", "sessionId": sid, "reason": "heartbeat_timeout"
+    }  # fmt: skip
+    assert to_bus(Resumed(2)) == {"v": 1, "type": "resumed", "generation": 2}
+    assert to_bus(EndRequested("ended_by_api")) == {
+        "v": 1, "type": "end.requested", "reason": "ended_by_api"
+    }  # fmt: skip
+    assert to_bus(QueueChanged()) == {"v": 1, "type": "queue.changed"}
+    # an older replica's documents carry no `v`: read as this version
+    assert parse_session_news({"type": "resumed", "generation": 3}) == Resumed(3)
+    assert parse_queue_news({"type": "queue.changed"}) == QueueChanged()
+
+
+@pytest.mark.parametrize(
+    ("parse", "doc", "code"),
+    [
+        (parse_session_news, [1, 2], ErrorCode.BAD_MESSAGE),
+        (parse_session_news, "assigned", ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"v": 2, "type": "resumed", "generation": 2}, "unsupported_version"),
+        (parse_session_news, {"type": "nonsense"}, ErrorCode.UNKNOWN_TYPE),
+        (parse_session_news, {"type": "queue.changed"}, ErrorCode.UNKNOWN_TYPE),  # wrong channel
+        (parse_session_news, {"type": "session.open", "sessionId": "0" * 32}, "unknown_type"),
+        (parse_session_news, {"type": "assigned", "sessionId": "0" * 32}, ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"type": "assigned", "sessionId": "x", "workerId": "w"},
+         ErrorCode.BAD_MESSAGE),
+        (
+            parse_session_news,
+            {"type": "assigned", "sessionId": "0" * 32, "workerId": ""},
+            ErrorCode.BAD_MESSAGE,
+        ),
+        (parse_session_news, {"type": "resumed", "generation": "2"}, ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"type": "resumed", "generation": True}, ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"type": "resumed", "generation": 0}, ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"type": "end.requested", "reason": 7}, ErrorCode.BAD_MESSAGE),
+        (parse_session_news, {"type": "end.requested", "reason": "x" * 65}, ErrorCode.TOO_LARGE),
+        (
+            parse_session_news,
+            {"type": "session.opened", "sessionId": "0" * 32, "codec": "H264", "fps": "30"},
+            ErrorCode.BAD_MESSAGE,
+        ),
+        (parse_session_news, {"type": "answer", "sessionId": "0" * 32, "sdp": "hi"}, "bad_message"),
+        (parse_queue_news, {"type": "assigned"}, ErrorCode.UNKNOWN_TYPE),
+        (parse_queue_news, None, ErrorCode.BAD_MESSAGE),
+        (parse_session_request, {"type": "worker.registered", "workerId": "w"}, "unknown_type"),
+        (parse_session_request, {"type": "session.open", "sessionId": "0" * 32, "role": "god"},
+         ErrorCode.BAD_MESSAGE),
+        (parse_session_request, {"type": "session.open", "sessionId": "0" * 32,
+                                 "iceServers": [{"urls": ["stun:x"], "username": 5}]},
+         ErrorCode.BAD_MESSAGE),
+        (parse_session_request, {"type": "session.close", "sessionId": "0" * 32},
+         ErrorCode.BAD_MESSAGE),
+    ],
+)  # fmt: skip
+def test_malformed_bus_messages_are_refused_with_a_code(
+    parse: Callable[[object], object], doc: object, code: str
+) -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse(doc)
+    assert info.value.code == code
+    assert info.value.message
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=10,
+)
+BUS_DOCS = st.fixed_dictionaries(
+    {"type": st.sampled_from(["assigned", "worker_lost", "resumed", "end.requested",
+                              "queue.changed", "session.opened", "answer", "error",
+                              "session.ended", "session.open", "offer", "ice", "session.close"])},
+    optional={k: JSON_VALUES for k in ("v", "sessionId", "workerId", "reason", "generation",
+                                       "sdp", "code", "message", "width", "fps", "codec", "role",
+                                       "iceServers", "candidate", "sdpMLineIndex")},
+)  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(st.one_of(BUS_DOCS, JSON_VALUES))
+def test_bus_parsers_answer_anything_with_a_message_or_a_coded_error(doc: object) -> None:
+    for parse in (parse_session_news, parse_queue_news, parse_session_request):
+        try:
+            parse(doc)
+        except ProtocolError as exc:
+            assert exc.code and exc.message
+
+
+async def test_a_malformed_bus_message_is_logged_and_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = MemoryBus()
+    channels = Channels(bus)
+    got: list[SessionNews] = []
+
+    async def record(news: SessionNews) -> None:
+        got.append(news)
+
+    sid = "0" * 32
+    await channels.on_session(sid, record)
+    with caplog.at_level(logging.WARNING, logger="render_server.signaling.channels"):
+        await bus.publish(browser_channel(sid), {"type": "assigned", "sessionId": sid})
+        await bus.publish(browser_channel(sid), {"type": "launch.missiles"})
+        await channels.to_session(sid, Resumed(2))
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+    await channels.close()
+    assert got == [Resumed(2)]
+    bad = [r for r in caplog.records if r.getMessage() == "bus.bad_message"]
+    assert [r.__dict__["code"] for r in bad] == [ErrorCode.BAD_MESSAGE, ErrorCode.UNKNOWN_TYPE]

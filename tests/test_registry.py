@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from render_server.protocol.requirements import Requirements
 from render_server.signaling.state.bus import (
     Bus,
     MemoryBus,
@@ -48,7 +49,6 @@ from render_server.signaling.state.registry import (
     Claim,
     MemoryRegistry,
     Registry,
-    Requirements,
     WorkerInfo,
     check_requirements,
     check_worker,

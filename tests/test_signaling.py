@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from render_server.protocol.signaling import MAX_MESSAGE_BYTES
+from render_server.protocol.wire import MAX_MESSAGE_BYTES
 from render_server.tools.viewer import Viewer
 
 from .support import ServerFactory, ws_url

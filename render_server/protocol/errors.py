@@ -8,3 +8,26 @@ class CodedError(ValueError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ErrorCode:
+    """The `code` of an `error` message on either socket; clients branch on these."""
+
+    BAD_JSON = "bad_json"
+    BAD_MESSAGE = "bad_message"
+    UNKNOWN_TYPE = "unknown_type"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    TOO_LARGE = "too_large"
+    BAD_ORDER = "bad_order"
+    RATE_LIMITED = "rate_limited"
+    NO_CAPACITY = "no_capacity"
+    BAD_OFFER = "bad_offer"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    UNKNOWN_SESSION = "unknown_session"
+    WORKER_FAILED = "worker_failed"
+    INTERNAL = "internal"
+
+
+class ProtocolError(CodedError):
+    """A message that will not be acted on; on a socket, sent back as an `error` message."""

@@ -15,27 +15,25 @@ from typing import Any
 from aiohttp import web
 
 from render_server.metrics import CONTENT_TYPE_LATEST
-from render_server.protocol.signaling import (
-    MAX_MESSAGE_BYTES,
-    ErrorCode,
-    ProtocolError,
-    parse_requirements,
-)
+from render_server.protocol.bus import EndRequested
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.requirements import parse_requirements
+from render_server.protocol.wire import MAX_MESSAGE_BYTES, SUBPROTOCOL
+from render_server.signaling.audit import audit
 from render_server.signaling.auth import (
     BROWSER_ROLES,
     ROLES,
-    SUBPROTOCOL,
     AuthError,
     Identity,
     Role,
     token_from_headers,
 )
 from render_server.signaling.browser_socket import BrowserConnection
-from render_server.signaling.context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
+from render_server.signaling.context import SignalingContext
 from render_server.signaling.openapi import OPENAPI
 from render_server.signaling.origin import origin_allowed
 from render_server.signaling.relay import tell_lost
-from render_server.signaling.session import new_session
+from render_server.signaling.session import SessionTable
 from render_server.signaling.state.session_store import SessionRecord
 from render_server.signaling.worker_socket import WorkerSocket
 
@@ -48,6 +46,7 @@ WS_HEARTBEAT_S = 20.0
 MAX_REST_BODY = 4096
 
 CONTEXT_KEY = web.AppKey("signaling", SignalingContext)
+SESSIONS_KEY = web.AppKey("sessions", SessionTable)
 BACKGROUND_KEY = web.AppKey("background", list)
 
 CSP = (
@@ -76,6 +75,10 @@ def _ctx(request: web.Request) -> SignalingContext:
     return request.app[CONTEXT_KEY]
 
 
+def _sessions(request: web.Request) -> SessionTable:
+    return request.app[SESSIONS_KEY]
+
+
 def _authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
     """The caller's identity, or a refusal (401/403) that is logged and counted."""
     ctx = _ctx(request)
@@ -91,9 +94,12 @@ def _authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
 
 
 def _http_error(status: int, code: str, message: str) -> web.HTTPException:
-    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
-           404: web.HTTPNotFound, 409: web.HTTPConflict, 413: web.HTTPRequestEntityTooLarge,
-           503: web.HTTPServiceUnavailable}[status]  # fmt: skip
+    classes: dict[int, type[web.HTTPException]] = {
+        400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+        404: web.HTTPNotFound, 409: web.HTTPConflict, 413: web.HTTPRequestEntityTooLarge,
+        503: web.HTTPServiceUnavailable,
+    }  # fmt: skip
+    cls = classes[status]
     kwargs: dict[str, Any] = {"max_size": MAX_REST_BODY, "actual_size": 0} if status == 413 else {}
     return cls(
         text=json.dumps({"code": code, "message": message}),
@@ -160,7 +166,7 @@ async def browser_socket(request: web.Request) -> web.StreamResponse:
     ctx.metrics.connections.inc()
     ctx.browser_sockets.add(ws)
     try:
-        await BrowserConnection(ws, ctx, identity).run()
+        await BrowserConnection(ws, _sessions(request), identity).run()
     finally:
         ctx.browser_sockets.discard(ws)
         ctx.metrics.connections.dec()
@@ -227,7 +233,7 @@ async def create_session(request: web.Request) -> web.Response:
         requirements = parse_requirements(body.get("requirements"))
     except ProtocolError as exc:
         raise _http_error(400, exc.code, exc.message) from None
-    handle, token = await new_session(ctx, identity.subject, identity.role, requirements)
+    handle, token = await _sessions(request).create(identity.subject, identity.role, requirements)
     record = handle.record
     await handle.start()
     handle.detach()  # nobody is attached yet: the browser has the grace period to come
@@ -251,13 +257,11 @@ async def delete_session(request: web.Request) -> web.Response:
     identity = _authenticate(request, BROWSER_ROLES)
     ctx = _ctx(request)
     record = await _own_record(request, identity)
-    handle = ctx.handles.get(record.session_id)
+    handle = _sessions(request).get(record.session_id)
     if handle is not None:
         await handle.end("ended_by_api")
     else:  # held by another replica: it ends it
-        await ctx.bus.publish(
-            browser_channel(record.session_id), {"type": "end.requested", "reason": "ended_by_api"}
-        )
+        await ctx.channels.to_session(record.session_id, EndRequested("ended_by_api"))
     return web.json_response({"sessionId": record.session_id, "ending": True}, status=202)
 
 
@@ -327,13 +331,6 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
 # -- background work ------------------------------------------------------------------------------
 
 
-async def _queue_changed(ctx: SignalingContext, _: dict[str, Any]) -> None:
-    order = {sid: i + 1 for i, sid in enumerate(await ctx.registry.queue())}
-    ctx.metrics.queue_length.set(len(order))
-    for handle in list(ctx.handles.values()):
-        await handle.on_queue_changed(order)
-
-
 async def _sweep(ctx: SignalingContext) -> None:
     """Workers that stopped heart-beating (a replica that died took their sockets along)."""
     while True:
@@ -348,7 +345,7 @@ async def _sweep(ctx: SignalingContext) -> None:
 
 async def _start_background(app: web.Application) -> None:
     ctx = app[CONTEXT_KEY]
-    await ctx.bus.subscribe(QUEUE_CHANNEL, lambda msg: _queue_changed(ctx, msg))
+    await ctx.channels.on_queue(app[SESSIONS_KEY].on_queue_changed)
     app[BACKGROUND_KEY].append(asyncio.get_running_loop().create_task(_sweep(ctx)))
 
 
@@ -364,15 +361,13 @@ async def _stop_background(app: web.Application) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    ctx = app[CONTEXT_KEY]
-    await ctx.bus.close()
-    await ctx.registry.close()
-    await ctx.store.close()
+    await app[CONTEXT_KEY].close()
 
 
 def create_app(ctx: SignalingContext) -> web.Application:
     app = web.Application(middlewares=[security_headers], client_max_size=64 * 1024)
     app[CONTEXT_KEY] = ctx
+    app[SESSIONS_KEY] = SessionTable(ctx)
     app[BACKGROUND_KEY] = []
     app.on_startup.append(_start_background)
     app.on_shutdown.append(_close_browser_sockets)

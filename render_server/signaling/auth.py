@@ -28,7 +28,6 @@ Role = Literal["worker", "controller", "viewer"]
 ROLES: tuple[Role, ...] = ("worker", "controller", "viewer")
 BROWSER_ROLES: tuple[Role, ...] = ("controller", "viewer")
 AUDIENCE = "render-server"
-SUBPROTOCOL = "render-server.v1"
 BEARER_PREFIX = "bearer."
 MAX_TOKEN_CHARS = 4096
 LEEWAY_S = 5.0  # clock skew tolerated on exp/nbf

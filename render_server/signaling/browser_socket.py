@@ -7,24 +7,24 @@ import time
 
 from aiohttp import WSMsgType, web
 
+from render_server.protocol.bus import Resumed
+from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.signaling import (
     ClientMessage,
     Error,
-    ErrorCode,
     IceCandidate,
     Offer,
-    ProtocolError,
     ServerMessage,
     SessionEnd,
     SessionResume,
     SessionStart,
-    encode_message,
     parse_client_message,
 )
+from render_server.protocol.wire import encode_message
+from render_server.signaling.audit import audit
 from render_server.signaling.auth import Identity
-from render_server.signaling.context import SignalingContext, audit, browser_channel
-from render_server.signaling.session import ENDED, SessionHandle, new_session
+from render_server.signaling.session import ENDED, SessionHandle, SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,11 @@ MAX_VIOLATIONS = 100  # rejected messages before the socket is closed
 
 class BrowserConnection:
     def __init__(
-        self, ws: web.WebSocketResponse, ctx: SignalingContext, identity: Identity
+        self, ws: web.WebSocketResponse, sessions: SessionTable, identity: Identity
     ) -> None:
         self.ws = ws
-        self.ctx = ctx
+        self.sessions = sessions
+        self.ctx = sessions.ctx
         self.identity = identity
         self.handle: SessionHandle | None = None
         self.violations = 0
@@ -113,8 +114,8 @@ class BrowserConnection:
 
     async def _start(self, message: SessionStart) -> None:
         identity = self.identity
-        self.handle, _ = await new_session(
-            self.ctx, identity.subject, identity.role, message.requirements
+        self.handle, _ = await self.sessions.create(
+            identity.subject, identity.role, message.requirements
         )
         self.handle.attach(self._send)
         await self.handle.start()
@@ -132,15 +133,9 @@ class BrowserConnection:
         bumped = await self.ctx.store.bump(sid)
         if bumped is None:
             raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "no such session (it just ended)")
-        handle = self.ctx.handles.get(sid)
-        if handle is None:
-            handle = SessionHandle(self.ctx, bumped)
-        else:
-            handle.record = bumped
+        handle = self.sessions.adopt(bumped)
         # the replica that held the session before lets go of it
-        await self.ctx.bus.publish(
-            browser_channel(sid), {"type": "resumed", "generation": bumped.generation}
-        )
+        await self.ctx.channels.to_session(sid, Resumed(bumped.generation))
         self.handle = handle
         handle.attach(self._send)
         await handle.take_over()

@@ -2,55 +2,40 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
 
 from render_server.config import ServerConfig
 from render_server.metrics import Metrics
 from render_server.signaling.auth import Authenticator, load_keys
-from render_server.signaling.state.bus import Bus, connect_bus
+from render_server.signaling.channels import Channels
+from render_server.signaling.state.bus import connect_bus
 from render_server.signaling.state.redis_registry import connect_registry
 from render_server.signaling.state.registry import Registry
 from render_server.signaling.state.session_store import SessionStore, connect_session_store
-
-if TYPE_CHECKING:
-    from render_server.signaling.session import SessionHandle
-
-QUEUE_CHANNEL = "queue"
-
-audit_log = logging.getLogger("render_server.audit")
-
-
-def browser_channel(session_id: str) -> str:
-    return f"browser:{session_id}"
-
-
-def worker_channel(worker_id: str) -> str:
-    return f"worker:{worker_id}"
-
-
-def audit(event: str, **fields: Any) -> None:
-    """One line per security-relevant event: session start/end, refusals, rate limits."""
-    audit_log.info(event, extra=fields)
 
 
 @dataclass
 class SignalingContext:
     config: ServerConfig
     registry: Registry
-    bus: Bus
+    channels: Channels
     store: SessionStore
     metrics: Metrics
     auth: Authenticator
     replica_id: str
-    handles: dict[str, SessionHandle] = field(default_factory=dict)
     # the browsers' sockets, closed with 1001 on shutdown so that clients resume elsewhere at once
-    browser_sockets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    browser_sockets: weakref.WeakSet[web.WebSocketResponse] = field(default_factory=weakref.WeakSet)
+
+    async def close(self) -> None:
+        await self.channels.close()
+        await self.registry.close()
+        await self.store.close()
 
 
 async def connect_context(config: ServerConfig, metrics: Metrics) -> SignalingContext:
@@ -59,9 +44,9 @@ async def connect_context(config: ServerConfig, metrics: Metrics) -> SignalingCo
     auth = Authenticator(load_keys(config.secret, config.key_file), config.auth_required)
     registry = await connect_registry(config.registry_url)
     bus = await connect_bus(config.registry_url)
-    store = connect_session_store(config.registry_url)
+    store = await connect_session_store(config.registry_url)
     replica = config.replica_id or default_replica_id()
-    return SignalingContext(config, registry, bus, store, metrics, auth, replica)
+    return SignalingContext(config, registry, Channels(bus), store, metrics, auth, replica)
 
 
 def default_replica_id() -> str:

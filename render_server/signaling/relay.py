@@ -1,8 +1,8 @@
 """Messages from one worker → the registry and the channels of its sessions' browsers.
 
-Used by the `/worker` socket handler and by `serve`'s embedded worker alike. A worker may only
-speak for sessions the registry says it holds, whatever ids it writes: anything else is refused
-and logged.
+Used by the `/worker` socket handler and by `serve`'s embedded worker (`local_worker_link.py`)
+alike. A worker may only speak for sessions the registry says it holds, whatever ids it writes:
+anything else is refused and logged.
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ import logging
 from typing import Any
 
 from render_server.logs import session_logger
-from render_server.protocol.signaling import ErrorCode, ProtocolError, to_document
-from render_server.protocol.worker import (
-    FromWorker,
-    SessionOpened,
-    WorkerAnswer,
-    WorkerError,
-    WorkerSessionEnded,
-)
-from render_server.signaling.context import QUEUE_CHANNEL, SignalingContext, audit, browser_channel
+from render_server.protocol.bus import Assigned, WorkerLost
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.worker import SessionReply, WorkerSessionEnded
+from render_server.signaling.audit import audit
+from render_server.signaling.context import SignalingContext
 from render_server.signaling.state.registry import Claim, WorkerInfo
 
 log = logging.getLogger(__name__)
@@ -40,29 +36,26 @@ class WorkerRelay:
             log.warning("worker.re_register", extra={"worker": info.worker_id})
             await self.register(info)
 
-    async def from_worker(self, message: FromWorker) -> None:
-        """A session-scoped message from the worker (not register/heartbeat)."""
-        assert isinstance(message, SessionOpened | WorkerAnswer | WorkerError | WorkerSessionEnded)
-        sid = message.session_id
+    async def from_worker(self, reply: SessionReply) -> None:
+        """What the worker says about one of its sessions; ProtocolError if it is not its."""
+        sid = reply.session_id
         owner = await self.ctx.registry.worker_of(sid)
         if owner != self.worker_id:
             if owner is not None:  # a worker speaking for another worker's session
                 audit("audit.worker.forged", worker=self.worker_id, session=sid)
                 raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not on this worker")
             return  # a late message for a session already released: nothing to route
-        if isinstance(message, WorkerSessionEnded):
-            await self.session_ended(sid, message.reason)
+        if isinstance(reply, WorkerSessionEnded):
+            await self.session_ended(sid, reply.reason)
             return
-        await self.ctx.bus.publish(browser_channel(sid), to_document(message))
+        await self.ctx.channels.to_session(sid, reply)
 
     async def session_ended(self, sid: str, reason: str) -> None:
         served = await self.ctx.registry.release(Claim(self.worker_id, sid))
         session_logger(__name__, sid, worker=self.worker_id).info(
             "session.released", extra={"reason": reason}
         )
-        await self.ctx.bus.publish(
-            browser_channel(sid), {"type": "session.ended", "sessionId": sid, "reason": reason}
-        )
+        await self.ctx.channels.to_session(sid, WorkerSessionEnded(sid, reason))
         await publish_assignments(self.ctx, served)
 
     async def lost(self, reason: str) -> None:
@@ -76,18 +69,12 @@ async def tell_lost(
 ) -> None:
     audit("audit.worker.lost", worker=worker_id, sessions=len(claims), reason=reason)
     for claim in claims:
-        await ctx.bus.publish(
-            browser_channel(claim.session_id),
-            {"type": "worker_lost", "sessionId": claim.session_id, "reason": reason},
-        )
+        await ctx.channels.to_session(claim.session_id, WorkerLost(claim.session_id, reason))
 
 
 async def publish_assignments(ctx: SignalingContext, served: list[Claim]) -> None:
     """Waiting sessions that just got a slot: their holders open them on the worker."""
     for claim in served:
-        await ctx.bus.publish(
-            browser_channel(claim.session_id),
-            {"type": "assigned", "sessionId": claim.session_id, "workerId": claim.worker_id},
-        )
+        await ctx.channels.to_session(claim.session_id, Assigned(claim.session_id, claim.worker_id))
     if served:
-        await ctx.bus.publish(QUEUE_CHANNEL, {"type": "queue.changed"})
+        await ctx.channels.queue_changed()

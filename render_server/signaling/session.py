@@ -1,9 +1,10 @@
 """One session as a signaling replica sees it: claim or queue, open on the worker, relay.
 
 A `SessionHandle` lives on the replica that holds the browser's socket (or that created the
-session over REST) and owns the session's channel subscription. The browser's socket attaches
-to it and may drop and come back (`session.resume`, on this replica or another one) within the
-grace period; the worker's replies and the registry's news arrive on the session's channel.
+session over REST) and owns the session's channel subscription; the replica's `SessionTable`
+holds its handles. The browser's socket attaches to a handle and may drop and come back
+(`session.resume`, on this replica or another one) within the grace period; the worker's
+replies and the registry's news arrive on the session's channel.
 """
 
 from __future__ import annotations
@@ -11,32 +12,43 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from render_server.logs import session_logger
+from render_server.protocol.bus import (
+    Assigned,
+    EndRequested,
+    QueueChanged,
+    Resumed,
+    SessionNews,
+    WorkerLost,
+)
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.requirements import Requirements
 from render_server.protocol.signaling import (
     Answer,
     Error,
-    ErrorCode,
     IceCandidate,
-    ProtocolError,
+    IceServer,
     Queued,
     ServerMessage,
     SessionEnded,
     SessionInterrupted,
     SessionStarted,
-    to_document,
 )
-from render_server.protocol.worker import CloseSession, OpenSession, SessionIce, SessionOffer
-from render_server.signaling.context import (
-    QUEUE_CHANNEL,
-    SignalingContext,
-    audit,
-    browser_channel,
-    worker_channel,
+from render_server.protocol.worker import (
+    CloseSession,
+    OpenSession,
+    SessionIce,
+    SessionOffer,
+    SessionOpened,
+    SessionRequest,
+    WorkerAnswer,
+    WorkerError,
+    WorkerSessionEnded,
 )
+from render_server.signaling.audit import audit
+from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import WorkerRelay
-from render_server.signaling.state.registry import Requirements
 from render_server.signaling.state.session_store import SessionRecord, hash_token, new_resume_token
 from render_server.signaling.turn import ice_servers_for
 
@@ -46,25 +58,58 @@ Send = Callable[[ServerMessage], Awaitable[None]]
 QUEUED, OPENING, OPEN, ENDED = "queued", "opening", "open", "ended"
 
 
-async def new_session(
-    ctx: SignalingContext, owner: str, role: str, requirements: Requirements
-) -> tuple[SessionHandle, str]:
-    """A new session's record, stored, with its handle (not started yet) and its resume
-    token: the store keeps only the token's hash."""
-    token = new_resume_token()
-    record = SessionRecord(uuid.uuid4().hex, owner, role, hash_token(token), requirements)
-    await ctx.store.put(record)
-    return SessionHandle(ctx, record, resume_token=token), token
+class SessionTable:
+    """The sessions this replica holds, by id: each one's handle, subscribed to its channel."""
+
+    def __init__(self, ctx: SignalingContext) -> None:
+        self.ctx = ctx
+        self._held: dict[str, SessionHandle] = {}
+
+    def get(self, session_id: str) -> SessionHandle | None:
+        return self._held.get(session_id)
+
+    async def create(
+        self, owner: str, role: str, requirements: Requirements
+    ) -> tuple[SessionHandle, str]:
+        """A new session's record, stored, with its handle (not started yet) and its resume
+        token: the store keeps only the token's hash."""
+        token = new_resume_token()
+        record = SessionRecord(uuid.uuid4().hex, owner, role, hash_token(token), requirements)
+        await self.ctx.store.put(record)
+        return SessionHandle(self, record, resume_token=token), token
+
+    def adopt(self, record: SessionRecord) -> SessionHandle:
+        """The handle of a session being resumed: this replica's, if it holds it already."""
+        handle = self._held.get(record.session_id)
+        if handle is None:
+            return SessionHandle(self, record)
+        handle.record = record
+        return handle
+
+    async def on_queue_changed(self, _: QueueChanged) -> None:
+        """The queue moved: the queued sessions held here tell their browsers."""
+        order = {sid: i + 1 for i, sid in enumerate(await self.ctx.registry.queue())}
+        self.ctx.metrics.queue_length.set(len(order))
+        for handle in list(self._held.values()):
+            await handle.on_queue_changed(order)
+
+    def hold(self, handle: SessionHandle) -> None:
+        self._held[handle.session_id] = handle
+
+    def let_go(self, handle: SessionHandle) -> bool:
+        """Forget the handle; False if another one (or none) holds its session here."""
+        if self._held.get(handle.session_id) is not handle:
+            return False
+        del self._held[handle.session_id]
+        return True
 
 
 class SessionHandle:
     def __init__(
-        self,
-        ctx: SignalingContext,
-        record: SessionRecord,
-        resume_token: str | None = None,
+        self, table: SessionTable, record: SessionRecord, resume_token: str | None = None
     ) -> None:
-        self.ctx = ctx
+        self.table = table
+        self.ctx = table.ctx
         self.record = record
         self.session_id = record.session_id
         self.log = session_logger(__name__, self.session_id, role=record.role)
@@ -76,7 +121,7 @@ class SessionHandle:
         self._send: Send | None = None
         self._open_timer: asyncio.Task[None] | None = None
         self._grace_timer: asyncio.Task[None] | None = None
-        self._ice_servers: list[Any] = []
+        self._ice_servers: list[IceServer] = []
 
     # -- entry points -----------------------------------------------------------------------
 
@@ -117,7 +162,6 @@ class SessionHandle:
     async def offer(self, sdp: str) -> None:
         if self.state != OPEN:
             raise ProtocolError(ErrorCode.BAD_ORDER, "the session is not ready for an offer yet")
-        assert self.worker_id is not None
         self.offered = True
         await self._to_worker(SessionOffer(self.session_id, sdp))
 
@@ -130,7 +174,7 @@ class SessionHandle:
         """End the session, or leave the queue."""
         if self.state == QUEUED:
             if await self.ctx.registry.cancel(self.session_id):
-                await self.ctx.bus.publish(QUEUE_CHANNEL, {"type": "queue.changed"})
+                await self.ctx.channels.queue_changed()
             await self._finish("cancelled" if reason == "client_ended" else reason)
         elif self.state in (OPENING, OPEN):
             # the worker replies session.ended; the relay frees the slot then
@@ -169,40 +213,48 @@ class SessionHandle:
 
     # -- news on the session's channel -------------------------------------------------------
 
-    async def _on_channel(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "assigned" and self.state == QUEUED:
-            await self._open_on(str(msg["workerId"]))
-        elif kind == "session.opened" and self.state == OPENING:
-            if self._open_timer is not None:
-                self._open_timer.cancel()
-            self.state = OPEN
-            assert self.worker_id is not None
-            await self._tell(
-                SessionStarted(
-                    session_id=self.session_id, worker_id=self.worker_id,
-                    width=int(msg.get("width", 0)), height=int(msg.get("height", 0)),
-                    fps=float(msg.get("fps", 0)), codec=str(msg.get("codec", "H264")),
-                    role=self.record.role, resume_token=self._resume_token,
-                    ice_servers=self._ice_servers,
-                )
-            )  # fmt: skip
-            self._resume_token = None
-        elif kind == "answer" and self.state == OPEN:
-            await self._tell(Answer(str(msg["sdp"])))
-        elif kind == "error":
-            await self._tell(Error(str(msg.get("code")), str(msg.get("message"))))
-        elif kind == "session.ended":
-            await self._finish(str(msg.get("reason", "ended")))
-        elif kind == "worker_lost" and self.state in (OPENING, OPEN):
-            self.log.warning("session.worker_lost", extra={"worker": self.worker_id})
-            await self._tell(SessionInterrupted(self.session_id, str(msg.get("reason"))))
-            self.worker_id = None
-            await self._place()  # on another worker, or in the queue
-        elif kind == "resumed" and msg.get("generation") != self.record.generation:
-            await self._let_go()  # another socket took the session over
-        elif kind == "end.requested":
-            await self.end(str(msg.get("reason", "ended_by_api")))
+    async def _on_channel(self, news: SessionNews) -> None:
+        if isinstance(news, Assigned):
+            if self.state == QUEUED:
+                await self._open_on(news.worker_id)
+        elif isinstance(news, SessionOpened):
+            if self.state == OPENING:
+                await self._opened(news)
+        elif isinstance(news, WorkerAnswer):
+            if self.state == OPEN:
+                await self._tell(Answer(news.sdp))
+        elif isinstance(news, WorkerError):
+            await self._tell(Error(news.code, news.message))
+        elif isinstance(news, WorkerSessionEnded):
+            await self._finish(news.reason)
+        elif isinstance(news, WorkerLost):
+            if self.state in (OPENING, OPEN):
+                await self._worker_lost(news.reason)
+        elif isinstance(news, Resumed):
+            if news.generation != self.record.generation:
+                await self._let_go()  # another socket took the session over
+        elif isinstance(news, EndRequested):
+            await self.end(news.reason)
+
+    async def _opened(self, opened: SessionOpened) -> None:
+        if self._open_timer is not None:
+            self._open_timer.cancel()
+        self.state = OPEN
+        assert self.worker_id is not None
+        await self._tell(
+            SessionStarted(
+                session_id=self.session_id, worker_id=self.worker_id, width=opened.width,
+                height=opened.height, fps=opened.fps, codec=opened.codec, role=self.record.role,
+                resume_token=self._resume_token, ice_servers=self._ice_servers,
+            )
+        )  # fmt: skip
+        self._resume_token = None
+
+    async def _worker_lost(self, reason: str) -> None:
+        self.log.warning("session.worker_lost", extra={"worker": self.worker_id})
+        await self._tell(SessionInterrupted(self.session_id, reason))
+        self.worker_id = None
+        await self._place()  # on another worker, or in the queue
 
     async def on_queue_changed(self, order: dict[str, int]) -> None:
         """The queue moved: tell the browser its new place if it changed."""
@@ -236,9 +288,8 @@ class SessionHandle:
         await self.ctx.store.delete(self.session_id)
 
     async def _let_go(self) -> None:
-        if self.ctx.handles.get(self.session_id) is self:
-            del self.ctx.handles[self.session_id]
-            await self.ctx.bus.unsubscribe(browser_channel(self.session_id))
+        if self.table.let_go(self):
+            await self.ctx.channels.leave_session(self.session_id)
         if self._grace_timer is not None and self._grace_timer is not asyncio.current_task():
             self._grace_timer.cancel()
         self._send = None
@@ -246,12 +297,12 @@ class SessionHandle:
     # -- plumbing ----------------------------------------------------------------------------
 
     async def _subscribe(self) -> None:
-        self.ctx.handles[self.session_id] = self
-        await self.ctx.bus.subscribe(browser_channel(self.session_id), self._on_channel)
+        self.table.hold(self)
+        await self.ctx.channels.on_session(self.session_id, self._on_channel)
 
-    async def _to_worker(self, message: Any) -> None:
+    async def _to_worker(self, request: SessionRequest) -> None:
         assert self.worker_id is not None
-        await self.ctx.bus.publish(worker_channel(self.worker_id), to_document(message))
+        await self.ctx.channels.to_worker(self.worker_id, request)
 
     async def _tell(self, message: ServerMessage) -> None:
         if self._send is not None:

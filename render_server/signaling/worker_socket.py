@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from render_server.protocol.signaling import Error, ErrorCode, ProtocolError, encode_message
-from render_server.protocol.worker import Heartbeat, Register, Registered, parse_from_worker
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.signaling import Error
+from render_server.protocol.wire import encode_message
+from render_server.protocol.worker import (
+    FromWorker,
+    Heartbeat,
+    Register,
+    Registered,
+    SessionRequest,
+    parse_from_worker,
+)
+from render_server.signaling.audit import audit
 from render_server.signaling.auth import Identity
-from render_server.signaling.context import SignalingContext, audit, worker_channel
+from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import WorkerRelay
 from render_server.signaling.state.registry import WorkerInfo, WorkerStatus
 
@@ -44,7 +52,7 @@ class WorkerSocket:
                     await self._send_text(encode_message(Error(exc.code, exc.message)))
         finally:
             if self.info is not None and self.relay is not None:
-                await self.ctx.bus.unsubscribe(worker_channel(self.info.worker_id))
+                await self.ctx.channels.leave_worker(self.info.worker_id)
                 if await self._still_mine():
                     await self.relay.lost("worker_disconnected")
 
@@ -61,16 +69,16 @@ class WorkerSocket:
         if await self._registered(message.worker_id) is not None:
             await self._refuse(f"worker id {message.worker_id!r} is already registered and alive")
             return False
-        self.info = message.info(self.ctx.replica_id)
+        self.info = WorkerInfo.of(message, self.ctx.replica_id)
         self.relay = WorkerRelay(self.ctx, message.worker_id)
-        await self.ctx.bus.subscribe(worker_channel(message.worker_id), self._to_socket)
+        await self.ctx.channels.on_worker(message.worker_id, self._to_socket)
         await self.relay.register(self.info)
         audit("audit.worker.registered", worker=message.worker_id, slots=message.slots,
               subject=self.identity.subject)  # fmt: skip
         await self._send_text(encode_message(Registered(message.worker_id)))
         return True
 
-    async def _handle(self, message: Any) -> None:
+    async def _handle(self, message: FromWorker) -> None:
         assert self.info is not None and self.relay is not None
         if isinstance(message, Heartbeat):
             await self.relay.heartbeat(self.info, message.load)
@@ -89,8 +97,8 @@ class WorkerSocket:
         workers = await self.ctx.registry.workers()
         return next((w for w in workers if w.info.worker_id == worker_id), None)
 
-    async def _to_socket(self, message: dict[str, Any]) -> None:
-        await self._send_text(json.dumps(message))
+    async def _to_socket(self, request: SessionRequest) -> None:
+        await self._send_text(encode_message(request))
 
     async def _send_text(self, text: str) -> None:
         if not self.ws.closed:

@@ -10,9 +10,9 @@ import logging
 
 import aiohttp
 
-from render_server.protocol.signaling import ProtocolError, encode_message
+from render_server.protocol.errors import ProtocolError
+from render_server.protocol.wire import SUBPROTOCOL, encode_message
 from render_server.protocol.worker import FromWorker, Registered, parse_to_worker
-from render_server.signaling.auth import SUBPROTOCOL
 from render_server.worker.local import LocalWorker
 from render_server.worker.service import WorkerService
 

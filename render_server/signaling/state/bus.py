@@ -17,13 +17,12 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
+import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import RedisError
 
-from render_server.signaling.state.redis import redis_client
-from render_server.signaling.state.redis_registry import redact
+from render_server.signaling.state.redis import connect_redis, redact, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +163,7 @@ class RedisBus:
         url: str,
         prefix: str = "rs",
         *,
+        publisher: aioredis.Redis | None = None,
         confirm_timeout_s: float = 10.0,
         ping_interval_s: float = 15.0,
         backoff_s: tuple[float, float] = (0.05, 5.0),
@@ -173,7 +173,7 @@ class RedisBus:
         self.confirm_timeout_s = confirm_timeout_s
         self.ping_interval_s = ping_interval_s
         self.backoff_s = backoff_s
-        self._publisher = redis_client(url)
+        self._publisher = publisher if publisher is not None else redis_client(url)
         # the subscriber's connections (one at a time); protocol 2: messages and PING replies
         # come as plain arrays on a subscribed connection
         self._pool = ConnectionPool.from_url(url, decode_responses=True, protocol=2)
@@ -187,14 +187,8 @@ class RedisBus:
 
     @classmethod
     async def connect(cls, url: str, prefix: str = "rs") -> RedisBus:
-        """A bus on `url` once Redis has answered a PING; ConnectionError otherwise."""
-        bus = cls(url, prefix)
-        try:
-            await bus._publisher.ping()
-        except (RedisError, OSError) as exc:
-            await bus.close()
-            raise ConnectionError(f"no Redis answers at {redact(url)}: {exc}") from exc
-        return bus
+        """A bus on the Redis at `url`, which has answered (see `connect_redis`)."""
+        return cls(url, prefix, publisher=await connect_redis(url, "bus"))
 
     def _name(self, channel: str) -> str:
         return f"{self.prefix}:{channel}"
@@ -267,9 +261,11 @@ class RedisBus:
         delay, longest = self.backoff_s
         failures = 0
         while not self._closed:
-            conn = self._pool.make_connection()
+            # what the pool's make_connection() does; redis-py leaves that one and connect()
+            # unannotated, an untyped call under --strict only (hence unused-ignore)
+            conn = self._pool.connection_class(**self._pool.connection_kwargs)
             try:
-                await conn.connect()
+                await conn.connect()  # type: ignore[no-untyped-call, unused-ignore]
                 # no await between taking the wanted channels and the waiters: a subscribe()
                 # that comes later sends its own SUBSCRIBE on this connection
                 self._conn = conn
@@ -348,8 +344,4 @@ class RedisBus:
 
 async def connect_bus(url: str | None) -> Bus:
     """The bus for `url`: None -> MemoryBus, redis:// or rediss:// -> RedisBus (PING checked)."""
-    if url is None:
-        return MemoryBus()
-    if urlsplit(url).scheme not in ("redis", "rediss"):
-        raise ValueError(f"bus URL must start with redis:// or rediss://, not {redact(url)!r}")
-    return await RedisBus.connect(url)
+    return MemoryBus() if url is None else await RedisBus.connect(url)

@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from render_server.protocol.requirements import Requirements
+from render_server.protocol.worker import Register
+
 
 @dataclass(frozen=True)
 class WorkerInfo:
@@ -35,47 +38,11 @@ class WorkerInfo:
     region: str | None = None
     replica: str = ""  # the signaling replica that holds the worker's socket ("" in-process)
 
-
-@dataclass(frozen=True)
-class Requirements:
-    """What a browser needs of a worker; empty means any worker."""
-
-    labels: frozenset[str] = frozenset()  # the worker must carry every one of these labels
-    region: str | None = None
-    codec: str | None = None  # e.g. "H264": must be in capabilities["codecs"]
-    resolution: str | None = None  # "WxH": capabilities["resolution"] must be at least as big
-
-    def fits(self, info: WorkerInfo) -> bool:
-        if not self.labels <= set(info.labels):
-            return False
-        if self.region is not None and info.region != self.region:
-            return False
-        caps = info.capabilities
-        if self.codec is not None and self.codec not in caps.get("codecs", ()):
-            return False
-        if self.resolution is not None:
-            want_w, want_h = (int(v) for v in self.resolution.lower().split("x"))
-            have = str(caps.get("resolution", "0x0")).lower().split("x")
-            if int(have[0]) < want_w or int(have[1]) < want_h:
-                return False
-        return True
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "labels": sorted(self.labels),
-            "region": self.region,
-            "codec": self.codec,
-            "resolution": self.resolution,
-        }
-
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> Requirements:
-        return cls(
-            labels=frozenset(doc.get("labels") or ()),
-            region=doc.get("region"),
-            codec=doc.get("codec"),
-            resolution=doc.get("resolution"),
-        )
+    def of(cls, registration: Register, replica: str) -> WorkerInfo:
+        """The worker of a `worker.register`, held by signaling replica `replica`."""
+        r = registration
+        return cls(r.worker_id, r.slots, r.capabilities, r.labels, r.region, replica)
 
 
 _RESOLUTION = re.compile(r"[0-9]{1,9}[xX][0-9]{1,9}")

@@ -15,7 +15,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from render_server.signaling.state.registry import Requirements
+import redis.asyncio as aioredis
+
+from render_server.protocol.requirements import Requirements
+from render_server.signaling.state.redis import connect_redis, lua_script
 
 RECORD_TTL_S = 24 * 3600
 
@@ -93,24 +96,11 @@ class MemorySessionStore:
         pass
 
 
-_BUMP = """
-local text = redis.call('GET', KEYS[1])
-if not text then return nil end
-local doc = cjson.decode(text)
-doc['generation'] = doc['generation'] + 1
-local out = cjson.encode(doc)
-redis.call('SET', KEYS[1], out, 'KEEPTTL')
-return out
-"""
-
-
 class RedisSessionStore:
-    def __init__(self, url: str, prefix: str = "rs") -> None:
-        from render_server.signaling.state.redis import redis_client
-
-        self._redis = redis_client(url)
+    def __init__(self, client: aioredis.Redis, prefix: str = "rs") -> None:
+        self._redis = client
         self._prefix = prefix
-        self._bump = self._redis.register_script(_BUMP)
+        self._bump = self._redis.register_script(lua_script("bump_generation"))
 
     def _key(self, session_id: str) -> str:
         return f"{self._prefix}:record:{session_id}"
@@ -133,5 +123,8 @@ class RedisSessionStore:
         await self._redis.aclose(close_connection_pool=True)
 
 
-def connect_session_store(url: str | None, prefix: str = "rs") -> SessionStore:
-    return MemorySessionStore() if url is None else RedisSessionStore(url, prefix)
+async def connect_session_store(url: str | None, prefix: str = "rs") -> SessionStore:
+    """The store for `url`: None -> MemorySessionStore, a Redis URL -> RedisSessionStore."""
+    if url is None:
+        return MemorySessionStore()
+    return RedisSessionStore(await connect_redis(url, "session store"), prefix)

@@ -1,0 +1,124 @@
+"""What signaling replicas tell each other on the bus (`signaling/state/bus.py` carries JSON
+objects; `signaling/channels.py` names the channels and parses at the edge).
+
+- A session's channel reaches the replica that holds the session (its browser's socket):
+  `SessionNews`: the registry's news of it (assigned, worker lost), another socket taking it
+  over (resumed), a REST call ending it, and what its worker said (`SessionReply`).
+- The queue channel reaches every replica: `QueueChanged`, to tell the waiting browsers their
+  place.
+- A worker's channel reaches the replica that holds the worker (its socket, or its embedded
+  worker): `SessionRequest`, the worker protocol's requests, as the worker will get them.
+
+Documents carry `v` as the sockets' messages do; one without it (from a replica older than these
+types) is read as this version, so replicas can be upgraded one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.wire import (
+    PROTOCOL_VERSION,
+    Document,
+    WireMessage,
+    int_field,
+    parse_document,
+    reason_field,
+    session_id_field,
+    text_field,
+    to_document,
+)
+from render_server.protocol.worker import (
+    SESSION_REPLIES,
+    SESSION_REQUESTS,
+    SessionReply,
+    SessionRequest,
+)
+
+MAX_WORKER_ID_CHARS: Final = 256  # `serve`'s own worker is named after the host: no NAME check
+
+
+class Assigned(WireMessage, type="assigned"):
+    """The queued session got a slot on `worker_id`: its holder opens it there."""
+
+    session_id: str
+    worker_id: str
+
+
+class WorkerLost(WireMessage, type="worker_lost"):
+    """The session's worker is gone: its holder places it again."""
+
+    session_id: str
+    reason: str
+
+
+class Resumed(WireMessage, type="resumed"):
+    """A socket took the session over; a holder of an older `generation` lets go."""
+
+    generation: int
+
+
+class EndRequested(WireMessage, type="end.requested"):
+    """End the session (DELETE /api/sessions/{id} on a replica that does not hold it)."""
+
+    reason: str
+
+
+class QueueChanged(WireMessage, type="queue.changed"):
+    """The queue moved: each replica tells its waiting browsers their new place."""
+
+
+SessionNews = Assigned | WorkerLost | Resumed | EndRequested | SessionReply
+BusMessage = SessionNews | QueueChanged | SessionRequest
+
+
+def _assigned(doc: Document) -> Assigned:
+    worker_id = text_field(doc, "workerId", MAX_WORKER_ID_CHARS)
+    if not worker_id:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "`workerId` must not be empty")
+    return Assigned(session_id_field(doc), worker_id)
+
+
+_SESSION_NEWS: dict[str, Callable[[Document], SessionNews]] = {
+    Assigned.type: _assigned,
+    WorkerLost.type: lambda doc: WorkerLost(session_id_field(doc), reason_field(doc)),
+    Resumed.type: lambda doc: Resumed(int_field(doc, "generation", 1, 2**53)),
+    EndRequested.type: lambda doc: EndRequested(reason_field(doc)),
+    **SESSION_REPLIES,
+}
+_QUEUE_NEWS: dict[str, Callable[[Document], QueueChanged]] = {
+    QueueChanged.type: lambda doc: QueueChanged(),
+}
+
+
+def _checked(doc: Any) -> Document:
+    if not isinstance(doc, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a bus message must be a JSON object")
+    version = doc.get("v", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            ErrorCode.UNSUPPORTED_VERSION, f"bus message of protocol version {version!r}"
+        )
+    return doc
+
+
+def parse_session_news(doc: Any) -> SessionNews:
+    """A message of a session's channel, or ProtocolError."""
+    return parse_document(_checked(doc), _SESSION_NEWS)
+
+
+def parse_queue_news(doc: Any) -> QueueChanged:
+    """A message of the queue channel, or ProtocolError."""
+    return parse_document(_checked(doc), _QUEUE_NEWS)
+
+
+def parse_session_request(doc: Any) -> SessionRequest:
+    """A message of a worker's channel, or ProtocolError."""
+    return parse_document(_checked(doc), SESSION_REQUESTS)
+
+
+def to_bus(message: BusMessage) -> dict[str, Any]:
+    """The JSON object a bus message travels as."""
+    return to_document(message)

@@ -1,0 +1,93 @@
+"""What a session needs of a worker (`requirements` of `session.start` and POST /api/sessions),
+and whether a worker has it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.wire import Document, labels_field, optional_name
+
+RESOLUTION: Final = re.compile(r"\d{2,5}x\d{2,5}")
+
+
+class WorkerFacts(Protocol):
+    """What requirements are judged against: a worker's registration, as the registry holds it."""
+
+    @property
+    def capabilities(self) -> Mapping[str, Any]: ...
+
+    @property
+    def labels(self) -> Collection[str]: ...
+
+    @property
+    def region(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a browser needs of a worker; empty means any worker."""
+
+    labels: frozenset[str] = frozenset()  # the worker must carry every one of these labels
+    region: str | None = None
+    codec: str | None = None  # e.g. "H264": must be in capabilities["codecs"]
+    resolution: str | None = None  # "WxH": capabilities["resolution"] must be at least as big
+
+    def fits(self, worker: WorkerFacts) -> bool:
+        """Whether the worker can serve the session; the registry's Lua has a twin (fits.lua)."""
+        if not self.labels <= set(worker.labels):
+            return False
+        if self.region is not None and worker.region != self.region:
+            return False
+        caps = worker.capabilities
+        if self.codec is not None and self.codec not in caps.get("codecs", ()):
+            return False
+        if self.resolution is not None:
+            want_w, want_h = (int(v) for v in self.resolution.lower().split("x"))
+            have = str(caps.get("resolution", "0x0")).lower().split("x")
+            if int(have[0]) < want_w or int(have[1]) < want_h:
+                return False
+        return True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "labels": sorted(self.labels),
+            "region": self.region,
+            "codec": self.codec,
+            "resolution": self.resolution,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Document) -> Requirements:
+        """Back from `as_dict` (a store's copy): trusted, not checked."""
+        return cls(
+            labels=frozenset(doc.get("labels") or ()),
+            region=doc.get("region"),
+            codec=doc.get("codec"),
+            resolution=doc.get("resolution"),
+        )
+
+
+def parse_requirements(raw: Any) -> Requirements:
+    """A client's `requirements` object (None: no requirement), or ProtocolError."""
+    if raw is None:
+        return Requirements()
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "`requirements` must be an object")
+    try:
+        resolution = raw.get("resolution")
+        if resolution is not None and not (
+            isinstance(resolution, str) and RESOLUTION.fullmatch(resolution)
+        ):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "`resolution` must be WxH")
+        return Requirements(
+            labels=frozenset(labels_field(raw, "labels")),
+            region=optional_name(raw, "region"),
+            codec=optional_name(raw, "codec"),
+            resolution=resolution,
+        )
+    except ProtocolError as exc:
+        raise ProtocolError(exc.code, f"in `requirements`: {exc.message}") from None

@@ -1,0 +1,48 @@
+"""`serve`'s worker, attached to its signaling replica in process: a `WorkerLink`
+(protocol/worker.py) on the replica's registry, bus and relay.
+
+The worker registers in the registry and gets its requests on its bus channel as a remote
+worker's socket does, so the signaling side has one code path for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from render_server.protocol.errors import ProtocolError
+from render_server.protocol.worker import Heartbeat, Register, SessionReply, SessionRequest
+from render_server.signaling.context import SignalingContext
+from render_server.signaling.relay import WorkerRelay
+from render_server.signaling.state.registry import WorkerInfo
+
+
+class LocalWorkerLink:
+    def __init__(self, ctx: SignalingContext) -> None:
+        self.ctx = ctx
+        self._info: WorkerInfo | None = None
+        self._relay: WorkerRelay | None = None
+
+    async def open(self, registration: Register, deliver: Callable[[SessionRequest], None]) -> None:
+        worker_id = registration.worker_id
+        self._info = WorkerInfo.of(registration, self.ctx.replica_id)
+        self._relay = WorkerRelay(self.ctx, worker_id)
+
+        async def receive(request: SessionRequest) -> None:
+            deliver(request)
+
+        await self.ctx.channels.on_worker(worker_id, receive)
+        await self._relay.register(self._info)
+
+    async def heartbeat(self, beat: Heartbeat) -> None:
+        assert self._relay is not None and self._info is not None, "open() first"
+        await self._relay.heartbeat(self._info, beat.load)
+
+    async def send(self, reply: SessionReply) -> None:
+        assert self._relay is not None, "open() first"
+        with contextlib.suppress(ProtocolError):  # in process, there is nobody to forge
+            await self._relay.from_worker(reply)
+
+    async def close(self) -> None:
+        if self._info is not None:
+            await self.ctx.channels.leave_worker(self._info.worker_id)
