@@ -18,7 +18,7 @@ RENDERERS: tuple[RendererName, ...] = ("auto", "cuda", "cpu")
 ENCODERS: tuple[EncoderName, ...] = ("auto", "nvenc", "x264", "replay")
 NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
 NvencInput = Literal["device", "host"]
-PlayoutDelay = Literal["low", "zero", "off"]  # see worker/playout_delay.py
+PlayoutDelay = Literal["low", "zero", "off"]  # see transport/playout_delay.py
 PLAYOUT_DELAYS: tuple[PlayoutDelay, ...] = ("low", "zero", "off")
 NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 
@@ -75,21 +75,6 @@ def default_bitrate(resolution: Resolution, fps: float) -> int:
     return int(min(max(bits, 1_000_000), 60_000_000))
 
 
-DEBUG_DELAY_STAGES = ("render", "encode")
-
-
-def parse_debug_delays(text: str) -> tuple[tuple[str, float], ...]:
-    """`render=40,encode=5` → (("render", 40.0), ("encode", 5.0))."""
-    delays = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        stage, _, ms = item.partition("=")
-        try:
-            delays.append((stage.strip(), float(ms)))
-        except ValueError:
-            raise ConfigError(f"debug delay {item!r} is not stage=milliseconds") from None
-    return tuple(delays)
-
-
 @dataclass(frozen=True)
 class StreamConfig:
     """What every session of a worker renders and sends."""
@@ -111,23 +96,14 @@ class StreamConfig:
     idle_timeout_s: float | None = 600.0  # a controller's session ends after this without input
     idle_fps: float | None = None  # repeats of a still picture; None: half of `fps`
     # the RTP playout-delay the browser is asked for: low (its low-latency renderer), zero
-    # (show at once), off (its own smoothing); see worker/playout_delay.py
+    # (show at once), off (its own smoothing); see transport/playout_delay.py
     playout_delay: PlayoutDelay = "low"
-    # test-only: milliseconds added to a pipeline stage, to check that the latency figures
-    # put them where they belong (RENDER_SERVER_DEBUG_DELAY_MS="render=40")
-    debug_delays_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.playout_delay not in PLAYOUT_DELAYS:
             raise ConfigError(f"playout delay {self.playout_delay!r} is not low, zero or off")
         if self.idle_fps is not None and not (0.5 <= self.idle_fps <= MAX_FPS):
             raise ConfigError(f"idle fps {self.idle_fps} is outside 0.5..{MAX_FPS}")
-        for stage, ms in self.debug_delays_ms:
-            if stage not in DEBUG_DELAY_STAGES or not (0 <= ms <= 1000):
-                raise ConfigError(
-                    f"debug delay {stage}={ms}: stage must be one of "
-                    f"{', '.join(DEBUG_DELAY_STAGES)}, delay 0..1000 ms"
-                )
         if (
             self.max_resolution.width < self.resolution.width
             or self.max_resolution.height < self.resolution.height

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,10 +26,24 @@ def chromium_path() -> str:
         pytest.fail("no Chromium found: install Debian's chromium (CI does) or set CHROMIUM_PATH")
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 @contextlib.contextmanager
 def serve_process(
-    *args: str, log_path: Path, timeout: float = 120.0, env: dict[str, str] | None = None
+    *args: str,
+    log_path: Path,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> Iterator[str]:
-    """`render-server serve` on a free port, as a user runs it; yields its base URL."""
-    with local_server(*args, log_path=log_path, timeout=timeout, env=env) as server:
+    """`render-server serve` on a free port, as a user runs it; yields its base URL.
+
+    `launcher` stands for `python -m render_server`: a tests-side entry point such as
+    `tests.slow_serve.launcher(...)`, which changes the server before it runs (started from the
+    repository's root, where `python -m tests....` finds the tests package).
+    """
+    with local_server(
+        *args, log_path=log_path, timeout=timeout, env=env, launcher=launcher, cwd=ROOT
+    ) as server:
         yield server.url

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from . import slow_serve
 from .browser import CHROMIUM_ARGS, chromium_path, serve_process
 
 pytestmark = pytest.mark.browser
@@ -97,7 +98,7 @@ def delayed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("latency-delayed") / "serve.log"
     with serve_process(
         "--resolution", "320x240", "--fps", "20", log_path=log,
-        env={"RENDER_SERVER_DEBUG_DELAY_MS": "render=25"},
+        launcher=slow_serve.launcher(render_delay_ms=25),
     ) as url:  # fmt: skip
         yield url
 

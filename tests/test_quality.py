@@ -170,7 +170,7 @@ def test_without_a_set_bitrate_each_size_gets_its_own() -> None:
     capped = limits.clamp(big, QualityRequest(max_kbps=3000))
     assert limits.message(capped)["maxKbps"] == 3000
     worker = LocalWorker("w", default_scene(), stream, 1, Metrics())
-    pictures, encoder = worker._build(Resolution(640, 360), 30.0, None)
+    pictures, encoder = worker.build_stages(Resolution(640, 360), 30.0, None)
     try:
         assert encoder.bitrate == default_bitrate(Resolution(640, 360), 30.0)
     finally:

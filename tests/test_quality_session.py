@@ -19,12 +19,12 @@ from render_server.worker.local import LocalWorker
 class OutOfEncoders(LocalWorker):
     """A worker whose encoders run out at one size, as a consumer GPU's NVENC sessions do."""
 
-    def _build(
+    def build_stages(
         self, resolution: Resolution, fps: float, scene: Scene | None
     ) -> tuple[PictureSource, Encoder]:
         if resolution == Resolution(640, 360):
             raise RuntimeError("no NVENC session free")
-        return super()._build(resolution, fps, scene)
+        return super().build_stages(resolution, fps, scene)
 
 
 async def test_a_size_that_cannot_be_built_is_reported_with_the_size_that_stays(

@@ -1,10 +1,14 @@
-"""Per-frame timing records: keyed by the RTP timestamp on the wire, sent on the data channel."""
+"""Per-frame timing records: keyed by the RTP timestamp on the wire, sent on the data channel;
+their wire form, written by the worker and read by the measuring clients."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import pytest
+
+from render_server.protocol.timing import TimingRecord, parse_timing
 from render_server.tools.signaling_client import SignalingClient
 from render_server.transport.timing import FrameRecord, FrameTimingLog
 
@@ -39,7 +43,49 @@ def test_a_frame_the_sender_never_sent_is_skipped_not_mismatched() -> None:
         log.handed(record(pts))
     log.packet_sent(500, 1.0)  # origin 500
     log.packet_sent(500 + 6000, 2.0)  # the frame at 3000 never went out
-    assert [(r.pts, r.rtp) for r in log.drain()] == [(0, 500), (6000, 6500)]
+    assert [(r.rtp, r.sent_ms) for r in log.drain()] == [(500, 1.0), (6500, 2.0)]
+
+
+def test_a_record_the_worker_writes_is_the_record_a_client_reads() -> None:
+    log = FrameTimingLog()
+    handed = FrameRecord(
+        pts=3000, seq=12, input_ms=100.004, start_ms=101.5, rendered_ms=108.123,
+        encoded_ms=111.0, handed_ms=111.2, bytes=1500, keyframe=True,
+    )  # fmt: skip
+    log.handed(handed)
+    log.packet_sent(4000, 112.456)
+    (sent,) = log.drain()
+    row = sent.row()
+    assert row == [4000, 12, 100.0, 101.5, 108.12, 111.0, 111.2, 112.46, 1500, 1]
+    assert json.loads(json.dumps(row)) == row  # plain JSON
+    assert TimingRecord.parse(row) == TimingRecord(
+        4000, 12, 100.0, 101.5, 108.12, 111.0, 111.2, 112.46, 1500, True
+    )
+    quiet = FrameRecord(0, -1, None, 1.0, 2.0, 3.0, 4.0, 10, False).sent(7, 5.0)
+    assert quiet.row()[1:3] == [-1, None] and quiet.row()[-1] == 0
+    assert TimingRecord.parse(quiet.row()) == quiet
+
+
+def test_timing_records_parse_and_refuse_malformed_rows() -> None:
+    row = [4294967295, 7, 10.5, 11, 12.5, 14, 14.1, 15, 1200, 1]
+    (record,) = parse_timing({"type": "timing", "frames": [row]})
+    assert record == TimingRecord(4294967295, 7, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, True)
+    none = TimingRecord.parse([5, -1, None, 1, 2, 3, 4, 5, 10, 0])
+    assert none.input_ms is None and not none.keyframe
+    for bad in (
+        row[:9],
+        [2**32, *row[1:]],
+        [1, -2, *row[2:]],
+        [1, 7, "x", *row[3:]],
+        [*row[:3], float("nan"), *row[4:]],
+        [*row[:8], -1, 1],
+        [*row[:9], 2],
+        "nope",
+    ):
+        with pytest.raises(ValueError):
+            TimingRecord.parse(bad)
+    with pytest.raises(ValueError):
+        parse_timing({"type": "pong"})
 
 
 async def test_records_arrive_when_the_data_channel_leads_the_bundle(

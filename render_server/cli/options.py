@@ -21,7 +21,6 @@ from render_server.config import (
     StreamConfig,
     WorkerConfig,
     env_value,
-    parse_debug_delays,
 )
 
 SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
@@ -208,7 +207,6 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         idle_timeout_s=args.idle_timeout or None,
         idle_fps=args.idle_fps,
         playout_delay=args.playout_delay,
-        debug_delays_ms=parse_debug_delays(env("debug_delay_ms", "")),
     )
 
 

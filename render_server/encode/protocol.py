@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import av
+
+if TYPE_CHECKING:
+    from av.stream import Stream
+
+# One access unit. PyAV's stubs make `av.Packet` generic in the container stream it belongs to;
+# an encoder's packets come from a bare codec context and belong to none, which is the bound.
+EncodedPacket: TypeAlias = "av.Packet[Stream]"
 
 
 class Encoder(Protocol):
@@ -25,7 +32,9 @@ class Encoder(Protocol):
         """Aim at `bitrate` from the next frame on (capped); returns the bitrate applied."""
         ...
 
-    def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> av.Packet | None:
+    def encode(
+        self, frame: av.VideoFrame, pts: int, keyframe: bool = False
+    ) -> EncodedPacket | None:
         """One access unit for `frame` (None only while an encoder is still filling a delay)."""
         ...
 

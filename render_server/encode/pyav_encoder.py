@@ -7,6 +7,8 @@ import fractions
 import av
 from av.video.frame import PictureType
 
+from render_server.encode.protocol import EncodedPacket
+
 VIDEO_TIME_BASE = fractions.Fraction(1, 90000)  # the RTP clock of every video codec
 
 
@@ -86,7 +88,9 @@ class PyavVideoEncoder:
             self._ctx.bit_rate = target
         return target
 
-    def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> av.Packet | None:
+    def encode(
+        self, frame: av.VideoFrame, pts: int, keyframe: bool = False
+    ) -> EncodedPacket | None:
         if (frame.width, frame.height) != (self.width, self.height):
             raise ValueError(
                 f"frame is {frame.width}x{frame.height}, encoder is {self.width}x{self.height}"

@@ -22,6 +22,7 @@ import numpy as np
 
 from render_server.config import Resolution
 from render_server.encode.convert import YuvConverter
+from render_server.encode.protocol import EncodedPacket
 from render_server.encode.x264 import create_x264_encoder
 from render_server.render.camera import OrbitCamera
 from render_server.render.cpu import CpuRenderer
@@ -104,7 +105,7 @@ class ReplayEncoder:
     def set_bitrate(self, bitrate: int) -> int:
         return self.clip.bitrate  # a recording cannot follow the receiver's estimate
 
-    def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> av.Packet:
+    def encode(self, frame: av.VideoFrame, pts: int, keyframe: bool = False) -> EncodedPacket:
         if keyframe or self._next >= len(self.clip.units):
             if self._next:
                 self.loops += 1

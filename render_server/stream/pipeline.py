@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,15 +11,15 @@ from dataclasses import dataclass, field
 import av
 
 from render_server.config import Resolution
-from render_server.encode.protocol import Encoder
+from render_server.cpu_time import thread_cpu_seconds
+from render_server.encode.protocol import EncodedPacket, Encoder
+from render_server.protocol.timing import now_ms
 from render_server.render.camera import OrbitCamera
 from render_server.render.scene import Scene
 from render_server.stream.keyframes import KeyframeGate
 from render_server.stream.pictures import PictureSource
-from render_server.transport.timing import now_ms
 
 log = logging.getLogger(__name__)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # (size, frame rate, the session's scene or None for the worker's) → a picture source and an
 # encoder of that size
@@ -59,11 +58,8 @@ class FramePipeline:
         encoder: Encoder,
         keyframe_min_interval_s: float,
         factory: PipelineFactory | None = None,
-        debug_delays: dict[str, float] | None = None,
     ) -> None:
         self.pictures = pictures
-        # test-only: seconds added to a stage ("render", "encode"), to check the latency figures
-        self.debug_delays = dict(debug_delays or {})
         self.encoder = encoder
         self.keyframes = KeyframeGate(keyframe_min_interval_s)
         self.last = FrameTiming()
@@ -109,12 +105,12 @@ class FramePipeline:
 
     @property
     def cheap(self) -> bool:
-        """Frames cost next to nothing (a replayed clip, no debug delay): the event loop may
-        produce them itself instead of handing them to the session's thread."""
+        """Frames cost next to nothing (a replayed clip): the event loop may produce them
+        itself instead of handing them to the session's thread."""
         with self._lock:
             reformat = self._wanted_format is not None  # a new clip takes seconds to build
         replay = getattr(self.encoder, "codec_name", "") == "replay"
-        return replay and not reformat and not self.debug_delays
+        return replay and not reformat
 
     def is_still(self, camera: OrbitCamera) -> bool:
         """True when the next frame would repeat the last picture with nothing else to do."""
@@ -127,7 +123,7 @@ class FramePipeline:
             and not self.keyframes.pending
         )
 
-    def produce(self, camera: OrbitCamera, pts: int) -> av.Packet | None:
+    def produce(self, camera: OrbitCamera, pts: int) -> EncodedPacket | None:
         if self.thread_id is None and not self.cheap:
             self.thread_id = threading.get_native_id()
         timing = FrameTiming(start_ms=now_ms())
@@ -146,8 +142,6 @@ class FramePipeline:
             fresh_encoder = self._reformat(*wanted_format)
             retarget = retarget or fresh_encoder
         state = camera.state()
-        if "render" in self.debug_delays:
-            time.sleep(self.debug_delays["render"])
         if self._picture is None or state != self._picture_state:
             self._picture = self.pictures.picture(camera)
             self._picture_state = state
@@ -161,8 +155,6 @@ class FramePipeline:
         timing.keyframe = self.keyframes.take(time.monotonic()) or fresh_encoder
         t0 = time.perf_counter()
         packet = self.encoder.encode(self._picture, pts, keyframe=timing.keyframe)
-        if "encode" in self.debug_delays:
-            time.sleep(self.debug_delays["encode"])
         timing.encode_ms = (time.perf_counter() - t0) * 1e3
         timing.encoded_ms = now_ms()
         timing.bytes = packet.size if packet is not None else 0
@@ -189,14 +181,7 @@ class FramePipeline:
 
     def cpu_seconds(self) -> float | None:
         """CPU time of the frame thread so far (None before it ran, or where /proc is not)."""
-        if self.thread_id is None:
-            return None
-        try:
-            with open(f"/proc/self/task/{self.thread_id}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return None if self.thread_id is None else thread_cpu_seconds(self.thread_id)
 
     def close(self) -> None:
         self.encoder.close()

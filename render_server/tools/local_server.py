@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +35,14 @@ def local_server(
     timeout: float = 120.0,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> Iterator[LocalServer]:
     """`render-server serve ARGS` on a free port, up once `/healthz` answers (its output in
-    `log_path`); stopped (SIGTERM, then SIGKILL after 10 s) on leaving."""
+    `log_path`); stopped (SIGTERM, then SIGKILL after 10 s) on leaving. `launcher` replaces
+    `python -m render_server`, e.g. by a test's entry point that changes the server first."""
     port = free_port()
-    command = [sys.executable, "-m", "render_server", "serve", "--port", str(port), *args]
+    start = list(launcher) if launcher is not None else [sys.executable, "-m", "render_server"]
+    command = [*start, "serve", "--port", str(port), *args]
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,

@@ -1,0 +1,62 @@
+"""Everything that patches or extends aiortc, which only packetizes our already-encoded frames.
+
+aiortc has no public API for most of what a low-latency stream needs, so these modules reach
+into its private attributes. Every one was checked against aiortc 1.16 (`AIORTC_CHECKED`;
+pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
+
+- `track`: `recv()` returns an `av.Packet`, which `RTCRtpSender._next_encoded_frame` packs
+  without encoding (the pre-encoded path).
+- `rtcp_feedback`: wraps `RTCRtpSender._send_keyframe` and `_handle_rtcp_packet`, reads
+  `RTCRtpSender._ssrc`.
+- `playout_delay`: appends to `aiortc.codecs.HEADER_EXTENSIONS`, replaces
+  `RTCRtpSender.__rtp_header_extensions_map`.
+- `timing.watch_sent_packets`: wraps `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
+- `receiver_hook.observe_receiver` (the measuring clients' side): replaces
+  `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX
+  map.
+- `video_sender`: puts them together on a session's peer connection (no patch of its own).
+
+Another aiortc may rename any of these: `check_aiortc_version` says so in the log, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+log = logging.getLogger(__name__)
+
+AIORTC_CHECKED = "1.16"  # the release (major.minor) the modules above were checked against
+
+
+def check_aiortc_version(installed: str | None = None) -> bool:
+    """True when the installed aiortc (or `installed`) is an `AIORTC_CHECKED` release; else
+    False, and a warning in the log, once per version."""
+    if installed is None:
+        installed = _installed_aiortc()
+    if installed == AIORTC_CHECKED or installed.startswith(AIORTC_CHECKED + "."):
+        return True
+    _warn_unchecked(installed)
+    return False
+
+
+@functools.cache  # the installed release does not change while the process runs
+def _installed_aiortc() -> str:
+    try:
+        return version("aiortc")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache  # once per version: every session asks, one line says it
+def _warn_unchecked(installed: str) -> None:
+    log.warning(
+        "transport.aiortc_unchecked",
+        extra={
+            "installed": installed,
+            "checked": AIORTC_CHECKED,
+            "reason": "keyframe requests, REMB, playout delay and timing records patch "
+            "aiortc's private attributes and may not work with this release",
+        },
+    )

@@ -15,6 +15,9 @@ costs an interactive stream a third of its budget. The playout-delay extension
 aiortc knows neither the extension nor how to write it, so this module registers it for
 negotiation (Chromium offers it) and gives a sender a header-extension map that writes it into
 every packet.
+
+Checked against aiortc 1.16: the module-level list `aiortc.codecs.HEADER_EXTENSIONS`, the
+private `RTCRtpSender.__rtp_header_extensions_map`, and `HeaderExtensionsMap.set`'s signature.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """Carries the browser's RTCP feedback to the project's encoder: keyframe requests and REMB.
 
-On the pre-encoded path aiortc 1.16 acts on neither: PLI and FIR become
+On the pre-encoded path aiortc acts on neither: PLI and FIR become
 `RTCRtpSender._send_keyframe()`, which only sets a flag its own encoder reads, and REMB sets the
 bitrate of aiortc's encoder, which never runs here. We wrap the two methods on the one sender
 instance so that each request also reaches our callbacks.
+
+Checked against aiortc 1.16: the private `RTCRtpSender._send_keyframe`, `_handle_rtcp_packet`
+and `_ssrc`.
 """
 
 from __future__ import annotations

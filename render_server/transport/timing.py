@@ -1,33 +1,30 @@
-"""Per-frame timing records, sent to the browser on the data channel in small batches.
+"""Per-frame timing records, completed as each frame's last RTP packet leaves.
 
 Every frame gets one record: the input it shows, when it started, when rendering and encoding
 ended, when it was handed to aiortc and when its last RTP packet went to the DTLS transport.
 The record is keyed by the frame's RTP timestamp as it is on the wire, which is what the
 browser's `requestVideoFrameCallback` reports for the frame it displays. aiortc adds a random
 origin to our timestamps that it keeps to itself; the first frame's last packet reveals it.
-
-Times are milliseconds on the worker's monotonic clock; the browser aligns them with its own by
-ping/pong on the same channel.
+The records' wire form and clock are `protocol.timing`'s. `watch_sent_packets` wraps aiortc's
+private `RTCDtlsTransport._send_rtp` (checked against aiortc 1.16, see transport/__init__.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-RTP_MASK = 0xFFFFFFFF
+from render_server.protocol.timing import RTP_MASK, TimingRecord, now_ms
+
 STALE_S = 1.0  # a record whose packets never went out (a closed peer) is dropped after this
 
 
-def now_ms() -> float:
-    return time.monotonic() * 1e3
-
-
-@dataclass
+@dataclass(frozen=True, slots=True)
 class FrameRecord:
+    """A frame handed to aiortc, waiting for its last packet to leave (worker ms)."""
+
     pts: int  # our 90 kHz timestamp; the wire's is `origin + pts`
     seq: int  # the newest input this frame shows, -1 for none newer than the last frame's
     input_ms: float | None  # when that input arrived
@@ -37,18 +34,13 @@ class FrameRecord:
     handed_ms: float  # the packet went to aiortc's sender
     bytes: int
     keyframe: bool
-    sent_ms: float | None = None  # the last RTP packet went to the transport
-    rtp: int | None = None
 
-    def row(self) -> list[Any]:
-        """The compact form of docs/data-channel.md: one JSON array per frame."""
-        r = round
-        return [
-            self.rtp, self.seq, None if self.input_ms is None else r(self.input_ms, 2),
-            r(self.start_ms, 2), r(self.rendered_ms, 2), r(self.encoded_ms, 2),
-            r(self.handed_ms, 2), None if self.sent_ms is None else r(self.sent_ms, 2),
-            self.bytes, 1 if self.keyframe else 0,
-        ]  # fmt: skip
+    def sent(self, rtp: int, sent_ms: float) -> TimingRecord:
+        """The complete record, once the frame's last packet, RTP timestamp `rtp`, has left."""
+        return TimingRecord(
+            rtp, self.seq, self.input_ms, self.start_ms, self.rendered_ms, self.encoded_ms,
+            self.handed_ms, sent_ms, self.bytes, self.keyframe,
+        )  # fmt: skip
 
 
 class FrameTimingLog:
@@ -57,7 +49,7 @@ class FrameTimingLog:
     def __init__(self) -> None:
         self._origin: int | None = None
         self._waiting: deque[FrameRecord] = deque()  # handed to aiortc, not yet on the wire
-        self._ready: list[FrameRecord] = []
+        self._ready: list[TimingRecord] = []
 
     def handed(self, record: FrameRecord) -> None:
         self._waiting.append(record)
@@ -76,11 +68,11 @@ class FrameTimingLog:
                     continue
                 return  # a retransmission or a frame we hold no record of
             self._waiting.popleft()
-            record.rtp, record.sent_ms = timestamp, sent_ms
-            self._ready.append(record)
+            self._ready.append(record.sent(timestamp, sent_ms))
             return
 
-    def drain(self) -> list[FrameRecord]:
+    def drain(self) -> list[TimingRecord]:
+        """The records completed since the last call, in the order their frames left."""
         ready, self._ready = self._ready, []
         return ready
 

@@ -1,4 +1,9 @@
-"""A video track that hands aiortc already-encoded packets, paced at the stream's frame rate."""
+"""A video track that hands aiortc already-encoded packets, paced at the stream's frame rate.
+
+Checked against aiortc 1.16: a track whose `recv()` returns an `av.Packet` takes aiortc's
+pre-encoded path (`RTCRtpSender._next_encoded_frame` packs it with the codec's `pack`, never
+encoding); keyframe requests never reach that path, `rtcp_feedback` routes them to our encoder.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,37 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Generic, Protocol, TypeVar
 
-import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from render_server.render.camera import OrbitCamera
-from render_server.stream.pipeline import FramePipeline
-from render_server.transport.timing import now_ms
+from render_server.encode.protocol import EncodedPacket
+from render_server.protocol.timing import now_ms
 
 RTP_CLOCK = 90_000
 
+Camera = TypeVar("Camera")
+Camera_contra = TypeVar("Camera_contra", contravariant=True)
 
-class EncodedVideoTrack(MediaStreamTrack):
+
+class FrameSource(Protocol[Camera_contra]):
+    """What the track draws frames from: a session's pipeline (stream/pipeline.py)."""
+
+    @property
+    def cheap(self) -> bool:
+        """Frames cost next to nothing: produce them on the event loop, not on a thread."""
+        ...
+
+    def is_still(self, camera: Camera_contra) -> bool:
+        """The next frame would repeat the last picture with nothing else to do."""
+        ...
+
+    def produce(self, camera: Camera_contra, pts: int) -> EncodedPacket | None:
+        """The encoded frame of `camera` (on the session's thread unless `cheap`)."""
+        ...
+
+
+class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     """`recv()` returns one `av.Packet` per frame; aiortc only packetizes it.
 
     Frames follow the stream's frame rate. Ticks that were missed (a slow frame) are dropped
@@ -31,11 +55,11 @@ class EncodedVideoTrack(MediaStreamTrack):
 
     def __init__(
         self,
-        pipeline: FramePipeline,
+        pipeline: FrameSource[Camera],
         fps: float,
-        camera_source: Callable[[float], OrbitCamera],
+        camera_source: Callable[[float], Camera],
         executor: Executor,
-        on_frame: Callable[[av.Packet, float], None] | None = None,
+        on_frame: Callable[[EncodedPacket, float], None] | None = None,
         idle_fps: float | None = None,
     ) -> None:
         super().__init__()
@@ -80,7 +104,7 @@ class EncodedVideoTrack(MediaStreamTrack):
             timer.cancel()
             self._waiter = None
 
-    async def recv(self) -> av.Packet:
+    async def recv(self) -> EncodedPacket:
         loop = asyncio.get_running_loop()
         while True:
             if self.readyState != "live":

@@ -1,4 +1,5 @@
-"""The worker embedded in `render-server serve`: sessions rendered and encoded in this process."""
+"""A worker's sessions, built in this process: picture source, encoder and stream session per
+browser, for `serve`'s embedded worker and `render-server worker` alike."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from render_server.render.camera import OrbitCamera
 from render_server.render.cpu import CpuRenderer
 from render_server.render.scene import Scene
 from render_server.stream.controls import CameraController
-from render_server.stream.errors import SessionEndCallback
 from render_server.stream.pictures import (
     CpuPictures,
     CudaPictures,
@@ -35,12 +35,19 @@ from render_server.stream.pictures import (
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits
 from render_server.stream.scene_commands import SceneCommands
-from render_server.stream.session import StreamSession
+from render_server.stream.session import SessionEndCallback, StreamSession
+from render_server.transport import check_aiortc_version
 
 log = logging.getLogger(__name__)
 
 
 class LocalWorker:
+    """Opens sessions that render and encode in this process.
+
+    `build_stages` is the pipeline's factory: every picture source and encoder a session
+    uses, at the start and at each new size, comes from it.
+    """
+
     def __init__(
         self,
         worker_id: str,
@@ -110,6 +117,8 @@ class LocalWorker:
     ) -> StreamSession:
         """A new session; `ice_servers` (with per-session TURN credentials) replace the
         worker's own STUN list when given."""
+        # one warning in the log if aiortc is not the release the transport was checked on
+        check_aiortc_version()
         # renderer and encoder start off the event loop: a CUDA renderer loads its kernels and
         # allocates device buffers, an NVENC encoder opens a session on the GPU
         pipeline = await asyncio.get_running_loop().run_in_executor(None, self._pipeline)
@@ -136,14 +145,12 @@ class LocalWorker:
         )
 
     def _pipeline(self) -> FramePipeline:
-        pictures, encoder = self._build(self.stream.resolution, self.stream.fps, None)
-        delays = {stage: ms / 1e3 for stage, ms in self.stream.debug_delays_ms}
+        pictures, encoder = self.build_stages(self.stream.resolution, self.stream.fps, None)
         return FramePipeline(
-            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self._build,
-            debug_delays=delays,
-        )  # fmt: skip
+            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self.build_stages
+        )
 
-    def _build(
+    def build_stages(
         self, resolution: Resolution, fps: float, scene: Scene | None
     ) -> tuple[PictureSource, Encoder]:
         """A picture source and an encoder of one size, for a session's scene (None: the

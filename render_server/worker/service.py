@@ -11,10 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from render_server.logs import session_logger
-from render_server.protocol.signaling import ErrorCode
+from render_server.protocol.errors import ErrorCode
 from render_server.protocol.worker import (
     CloseSession,
-    FromWorker,
     Heartbeat,
     OpenSession,
     Register,
@@ -22,19 +21,19 @@ from render_server.protocol.worker import (
     SessionIce,
     SessionOffer,
     SessionOpened,
+    SessionReply,
     ToWorker,
     WorkerAnswer,
     WorkerError,
     WorkerSessionEnded,
 )
-from render_server.stream.errors import SessionNegotiationError
-from render_server.stream.session import StreamSession
+from render_server.stream.session import SessionNegotiationError, StreamSession
 from render_server.worker.local import LocalWorker
 from render_server.worker.serial import KeyedSerializer
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[FromWorker], Awaitable[None]]
+Send = Callable[[SessionReply], Awaitable[None]]
 
 
 class WorkerService:
@@ -56,7 +55,7 @@ class WorkerService:
 
     def submit(self, message: ToWorker) -> None:
         """Handle `message` after the earlier ones for the same session."""
-        key = getattr(message, "session_id", "")
+        key = "" if isinstance(message, Registered) else message.session_id
         self._serial.submit(key, lambda: self.handle(message))
 
     async def drain(self) -> None:

@@ -1,0 +1,212 @@
+"""A session's `input` data channel: what arrives on it, what that does, what is answered.
+
+Input events steer the camera (a controller's only); anyone may ping (the page's clock), ask for
+a keyframe, set its own stream's quality and send read-only scene commands; the other commands
+are a controller's (docs/data-channel.md). Every message counts against a rate limit; whatever
+is refused changes nothing, is answered with an error and counted in /metrics.
+
+The channel belongs to one peer connection, this object to the session: quality, rate limit and
+input sequence carry over to the next peer (a reload).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from aiortc import RTCDataChannel
+
+from render_server.config import Resolution
+from render_server.logs import SessionLogger
+from render_server.metrics import Metrics
+from render_server.protocol.data_channel import (
+    CommandError,
+    InputError,
+    KeyframeRequest,
+    PingRequest,
+    QualityRequest,
+    SceneCommand,
+    event_type,
+    parse_message,
+)
+from render_server.protocol.rate_limit import TokenBucket
+from render_server.protocol.timing import now_ms
+from render_server.render.camera import OrbitCamera
+from render_server.stream.controls import CameraController
+from render_server.stream.pipeline import FramePipeline
+from render_server.stream.quality import QualityLimits, StreamQuality
+from render_server.stream.scene_commands import SceneCommands, error_reply
+
+INPUT_CHANNEL = "input"  # the label of the one data channel a session accepts
+INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
+INPUT_BURST = 200
+
+
+class InputChannel:
+    """Dispatches the `input` channel's messages and sends the session's messages on it.
+
+    `on_fps` is called when the page asks for another frame rate, `on_steer` when input moved
+    the camera (a frame should start now rather than at the next tick).
+    """
+
+    def __init__(
+        self,
+        role: str,
+        log: SessionLogger,
+        metrics: Metrics,
+        pipeline: FramePipeline,
+        controller: CameraController,
+        commands: SceneCommands,
+        quality: StreamQuality,
+        quality_limits: QualityLimits,
+        on_fps: Callable[[float], None],
+        on_steer: Callable[[], None],
+    ) -> None:
+        self.role = role
+        self.log = log
+        self.metrics = metrics
+        self.pipeline = pipeline
+        self.controller = controller
+        self.commands = commands
+        self.quality = quality
+        self.quality_limits = quality_limits
+        self._on_fps = on_fps
+        self._on_steer = on_steer
+        self.channel: RTCDataChannel | None = None  # the current peer's
+        self.last_input = time.monotonic()  # a controller's last message (the idle timeout)
+        # the newest input the next frame shows and when it arrived; (-1, None): none newer
+        # than the last frame's
+        self.frame_input: tuple[int, float | None] = (-1, None)
+        self._input_seq = -1  # the newest steering input applied, and when it arrived
+        self._input_ms: float | None = None
+        self._shown_seq = -1  # the newest input a frame showed
+        self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
+        self._rate_noticed_at = 0.0
+        self._format_errors_seen = 0
+
+    # -- the channel ------------------------------------------------------------------------
+
+    def attach(self, channel: RTCDataChannel) -> None:
+        """A data channel the peer opened: the first `input` one is taken, others closed."""
+        if channel.label != INPUT_CHANNEL or self.channel is not None:
+            self.log.warning("datachannel.refused", extra={"label": channel.label[:64]})
+            channel.close()
+            return
+        self.channel = channel
+        channel.on("message", self.on_message)
+        # the page learns the stream's figures and limits at once (a remote channel is open
+        # when aiortc announces it)
+        if channel.readyState == "open":
+            self.announce_quality()
+        else:
+            channel.once("open", self.announce_quality)
+
+    def detach(self) -> None:
+        """The peer is gone; its channel with it."""
+        self.channel = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send `message` if the channel is open (else it is dropped: nobody listens)."""
+        channel = self.channel
+        if channel is not None and channel.readyState == "open":
+            channel.send(json.dumps(message))
+
+    def announce_quality(self, **extra: Any) -> None:
+        """The `quality` message with the figures as they are, plus `extra` fields."""
+        self.send({**self.quality_limits.message(self.quality), **extra})
+
+    # -- per frame --------------------------------------------------------------------------
+
+    def camera_for_frame(self, dt: float) -> OrbitCamera:
+        """The camera of the frame about to start, `dt` seconds after the last; notes which
+        input it is the first to show (`frame_input`)."""
+        self.controller.tick(dt)
+        if self._input_seq > self._shown_seq:
+            self.frame_input = (self._input_seq, self._input_ms)
+            self._shown_seq = self._input_seq
+        else:
+            self.frame_input = (-1, None)
+        return self.controller.snapshot()
+
+    def check_format(self) -> None:
+        """A size the page asked for could not be built (NVENC out of sessions, a GPU out of
+        memory): the stream went on at its old size; say so, with the figures as they are."""
+        if self.pipeline.format_errors == self._format_errors_seen:
+            return
+        self._format_errors_seen = self.pipeline.format_errors
+        encoder = self.pipeline.encoder
+        self.quality = replace(self.quality, resolution=Resolution(encoder.width, encoder.height))
+        self.announce_quality(error="format_failed")
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def on_message(self, message: str | bytes) -> None:
+        now = time.monotonic()
+        if not self._bucket.take(now):
+            self.metrics.input_rejected.labels("rate_limited").inc()
+            if now - self._rate_noticed_at > 1.0:  # one notice a second, not one per event
+                self._rate_noticed_at = now
+                self.log.warning("audit.rate_limited", extra={"channel": "input"})
+                self._send_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
+            return
+        arrived_ms = now_ms()
+        try:
+            event, seq = parse_message(message)
+        except CommandError as exc:
+            self.metrics.input_rejected.labels(exc.code).inc()
+            self.send(error_reply(exc, exc.id))
+            return
+        except InputError as exc:
+            self.metrics.input_rejected.labels(exc.code).inc()
+            self._send_error(exc.code, exc.message)
+            return
+        controller = self.role == "controller"
+        if isinstance(event, PingRequest):
+            self.send({"type": "pong", "id": event.id, "t": event.t, "w": round(arrived_ms, 3)})
+            return
+        if isinstance(event, QualityRequest):
+            self._set_quality(event)
+        elif isinstance(event, KeyframeRequest):
+            self.pipeline.keyframes.request()
+        elif isinstance(event, SceneCommand):
+            reply = self.commands.execute(event, self.role)
+            self.send(reply)
+            if reply["type"] == "error":
+                self.metrics.input_rejected.labels(reply["code"]).inc()
+                return
+        elif not controller:
+            self.metrics.input_rejected.labels("forbidden").inc()
+            self._send_error("forbidden", "a viewer's input does not reach the worker")
+            return
+        else:
+            self.controller.apply(event)
+            if seq is not None and seq > self._input_seq:
+                self._input_seq, self._input_ms = seq, arrived_ms
+            self._on_steer()
+        if controller:
+            self.last_input = now
+        self.metrics.input_events.labels(event_type(event)).inc()
+
+    def _set_quality(self, request: QualityRequest) -> None:
+        """Clamp the request, hand the change to the pipeline and the frame rate, and answer
+        with the figures applied."""
+        old, new = self.quality, self.quality_limits.clamp(self.quality, request)
+        self.quality = new
+        if (new.resolution, new.fps) != (old.resolution, old.fps):
+            self.pipeline.request_format(new.resolution, new.fps)
+        if new.fps != old.fps:
+            self._on_fps(new.fps)
+        if new.max_kbps != old.max_kbps:
+            limit = self.quality_limits.max_kbps
+            self.pipeline.request_bitrate_cap(new.max_kbps * 1000 if new.max_kbps < limit else None)
+        self.log.info(
+            "session.quality",
+            extra={"size": str(new.resolution), "fps": new.fps, "max_kbps": new.max_kbps},
+        )
+        self.announce_quality()
+
+    def _send_error(self, code: str, message: str) -> None:
+        self.send({"type": "error", "code": code, "message": message})
