@@ -4,6 +4,7 @@ measuring client against a real server."""
 from __future__ import annotations
 
 import fractions
+import json
 import random
 from collections.abc import Iterator
 
@@ -13,7 +14,9 @@ import pytest
 from aiortc.codecs.h264 import H264Encoder
 
 from render_server.encode.x264 import x264_options
+from render_server.protocol.timing import TimingRecord
 from render_server.tools.measure.client import LatencyClient
+from render_server.tools.measure.clock import ClockOffset
 from render_server.tools.measure.frames import (
     FrameAssembler,
     FrameDecoder,
@@ -23,14 +26,12 @@ from render_server.tools.measure.frames import (
 from render_server.tools.measure.latency import (
     FRAME_STAGES,
     INPUT_STAGES,
-    ClockOffset,
     LatencyMatcher,
-    TimingRecord,
     frame_breakdown,
     input_breakdown,
-    parse_timing,
-    percentiles,
 )
+from render_server.tools.measure.matching import FrameMatcher
+from render_server.tools.stats import percentile, percentiles
 
 from .browser import serve_process
 
@@ -247,7 +248,7 @@ def test_decoder_waits_for_a_keyframe_after_a_lost_frame() -> None:
     assert decoder.stats.offered == 2
 
 
-# -- clock and records --------------------------------------------------------------------------
+# -- clock, matching and breakdowns ----------------------------------------------------------------
 
 
 def test_clock_offset_comes_from_the_ping_with_the_smallest_round_trip() -> None:
@@ -264,28 +265,6 @@ def test_clock_offset_comes_from_the_ping_with_the_smallest_round_trip() -> None
         clock.add(10.0, 0.0, 5.0)
     with pytest.raises(LookupError):
         ClockOffset().to_worker(0.0)
-
-
-def test_timing_records_parse_and_refuse_malformed_rows() -> None:
-    row = [4294967295, 7, 10.5, 11, 12.5, 14, 14.1, 15, 1200, 1]
-    (record,) = parse_timing({"type": "timing", "frames": [row]})
-    assert record == TimingRecord(4294967295, 7, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, True)
-    none = TimingRecord.parse([5, -1, None, 1, 2, 3, 4, 5, 10, 0])
-    assert none.input_ms is None and not none.keyframe
-    for bad in (
-        row[:9],
-        [2**32, *row[1:]],
-        [1, -2, *row[2:]],
-        [1, 7, "x", *row[3:]],
-        [*row[:3], float("nan"), *row[4:]],
-        [*row[:8], -1, 1],
-        [*row[:9], 2],
-        "nope",
-    ):
-        with pytest.raises(ValueError):
-            TimingRecord.parse(bad)
-    with pytest.raises(ValueError):
-        parse_timing({"type": "pong"})
 
 
 def test_breakdown_stages_add_up_to_the_totals() -> None:
@@ -336,11 +315,72 @@ def test_matcher_pairs_records_with_frames_and_inputs_with_the_first_frame_showi
     assert matcher.report()["bad_records"] == 1
 
 
+def frame(rtp: int, last_ms: float = 0.0, complete: bool = True) -> ObservedFrame:
+    return ObservedFrame(rtp, last_ms - 1, last_ms, 500, 2, 0 if complete else 1, False, complete)
+
+
+def timing_record(rtp: int, start_ms: float = 0.0) -> TimingRecord:
+    return TimingRecord(rtp, -1, None, start_ms, start_ms + 1, start_ms + 2, start_ms + 2,
+                        start_ms + 3, 100, False)  # fmt: skip
+
+
+class Pairs(FrameMatcher):
+    def __init__(self, limit: int | None = None) -> None:
+        super().__init__(limit=limit)
+        self.pairs: list[tuple[int, int, bool]] = []
+
+    def matched(self, record: TimingRecord, frame: ObservedFrame) -> None:
+        self.pairs.append((record.rtp, frame.rtp, frame.complete))
+
+
+def test_the_matcher_pairs_a_record_with_its_frame_whichever_comes_first() -> None:
+    matcher = Pairs()
+    matcher.add_record(timing_record(100))  # the record first: the frame was slow
+    assert matcher.pairs == [] and list(matcher.waiting_records) == [100]
+    matcher.add_frame(frame(200))  # the frame first: its record is still batched
+    matcher.add_frame(frame(100))
+    matcher.add_frame(frame(300, complete=False))  # paired all the same: the user decides
+    matcher.add_record(timing_record(300))
+    matcher.add_record(timing_record(200))
+    assert matcher.pairs == [(100, 100, True), (300, 300, False), (200, 200, True)]
+    assert matcher.waiting_records == {} and matcher.waiting_frames == {}
+    assert matcher.record_count == 3
+
+
+def test_the_matcher_keeps_at_most_limit_halves_waiting_the_oldest_given_up() -> None:
+    matcher = Pairs(limit=4)
+    for rtp in range(10):
+        matcher.add_record(timing_record(1000 + rtp))  # frames that never come
+        matcher.add_frame(frame(2000 + rtp))  # records that never come
+    assert list(matcher.waiting_records) == [1006, 1007, 1008, 1009]
+    assert list(matcher.waiting_frames) == [2006, 2007, 2008, 2009]
+    matcher.add_frame(frame(1000))  # its record was given up: this frame now waits
+    matcher.add_record(timing_record(2009))
+    assert matcher.pairs == [(2009, 2009, True)]
+    assert list(matcher.waiting_frames) == [2007, 2008, 1000]
+
+
+def test_the_matcher_takes_timing_and_pongs_and_passes_on_the_rest() -> None:
+    matcher = Pairs()
+    ping = matcher.clock.ping(0.0)
+    pong = {"type": "pong", "id": ping["id"], "t": 0.0, "w": 1000.0}
+    assert matcher.receive(json.dumps(pong)) is None
+    assert len(matcher.clock.samples) == 1
+    rows = [timing_record(7).row()]
+    assert matcher.receive(json.dumps({"type": "timing", "frames": rows})) is None
+    assert list(matcher.waiting_records) == [7]
+    assert matcher.receive(json.dumps({"type": "timing", "frames": [[1, 2]]})) is None
+    assert matcher.bad_timing == 1 and matcher.record_count == 1
+    assert matcher.receive('{"type": "quality", "fps": 30}') == {"type": "quality", "fps": 30}
+    assert matcher.receive("[1, 2]") is None and matcher.receive("nope") is None
+
+
 def test_percentiles() -> None:
     assert percentiles([]) is None
     summary = percentiles(float(v) for v in range(101))
     assert summary == {"p50": 50.0, "p95": 95.0, "p99": 99.0, "mean": 50.0, "count": 101}
     assert percentiles([3.0])["p99"] == 3.0  # type: ignore[index]
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5  # the median of an even count
 
 
 # -- end to end, against a real `render-server serve` --------------------------------------------

@@ -14,9 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCRtpReceiver,
+    RTCSessionDescription,
+)
 
-from render_server.protocol.signaling import PROTOCOL_VERSION
+from render_server.protocol.wire import PROTOCOL_VERSION
 
 
 class SignalingError(RuntimeError):
@@ -91,6 +98,18 @@ class SignalingClient:
         ice = [RTCIceServer(urls=s["urls"]) for s in self.info.get("iceServers", [])]
         return RTCPeerConnection(RTCConfiguration(iceServers=ice))
 
+    def viewer_peer(
+        self, on_message: Callable[[str | bytes], None], on_open: Callable[[], None]
+    ) -> tuple[RTCPeerConnection, RTCRtpReceiver, RTCDataChannel]:
+        """A peer connection as the page opens one, ready to `negotiate`: a recvonly video
+        transceiver, then the `input` data channel, whose messages go to `on_message`."""
+        pc = self.peer_connection()
+        transceiver = pc.addTransceiver("video", direction="recvonly")
+        channel = pc.createDataChannel("input")
+        channel.on("open", on_open)
+        channel.on("message", on_message)
+        return pc, transceiver.receiver, channel
+
     async def negotiate(
         self,
         pc: RTCPeerConnection,
@@ -122,6 +141,13 @@ class SignalingClient:
         with contextlib.suppress(TimeoutError):
             return await asyncio.wait_for(asyncio.shield(self.ended), timeout)
         return None
+
+    async def hang_up(self, pc: RTCPeerConnection | None) -> None:
+        """End the session without waiting for the answer, close `pc`, then the socket."""
+        await self.end()
+        if pc is not None:
+            await pc.close()
+        await self.close()
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -1,8 +1,7 @@
 """A Python viewer: asks the signaling server for a session and receives the stream with aiortc.
 
-Used by the tests and, later, by measurement and load tools. Frames arrive decoded by aiortc's
-receiver (which holds each frame until the next one starts: fine for checking the picture, not
-for latency figures).
+Used by the tests. Frames arrive decoded by aiortc's receiver (which holds each frame until the
+next one starts: fine for checking the picture, not for latency figures; `measure` times them).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import json
 from typing import Any
 
 import av
-from aiortc import RTCPeerConnection
+from aiortc import RTCPeerConnection, RTCRtpReceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, pack_remb_fci
 
@@ -49,15 +48,13 @@ class Viewer:
     async def start(self, timeout: float = 15.0) -> dict[str, Any]:
         """Start a session and negotiate; returns the `session.started` message."""
         self.session_info = await self.signaling.start(timeout)
-        self.pc = pc = self.signaling.peer_connection()
-        pc.addTransceiver("video", direction="recvonly")
-        self.input = pc.createDataChannel("input")
-        self.input.on("open", self._channel_open.set)
-        self.input.on("message", self._on_worker_message)
-        pc.on("track", self._on_track)
+        self.pc, _, self.input = self.signaling.viewer_peer(
+            self._on_worker_message, self._channel_open.set
+        )
+        self.pc.on("track", self._on_track)
         # without abs-send-time aiortc's receiver makes no bandwidth estimates (no REMB)
         edit = None if self.receiver_estimates else _without_abs_send_time
-        await self.signaling.negotiate(pc, timeout, edit_offer=edit)
+        await self.signaling.negotiate(self.pc, timeout, edit_offer=edit)
         return self.session_info
 
     async def next_frame(self, timeout: float = 10.0) -> av.VideoFrame:
@@ -101,32 +98,21 @@ class Viewer:
 
     async def request_keyframe(self) -> None:
         """Send a real RTCP PLI for the video stream, as a browser does after loss."""
-        assert self.pc is not None
-        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.kind == "video")
-        ssrcs = [s.source for s in receiver.getSynchronizationSources()]
-        if not ssrcs:
-            raise RuntimeError("no video packet received yet: nothing to ask a keyframe of")
-        await receiver._send_rtcp_pli(ssrcs[0])
+        receiver, ssrc = self._video_source("nothing to ask a keyframe of")
+        await receiver._send_rtcp_pli(ssrc)
 
     async def send_remb(self, bitrate: int) -> None:
         """Send a receiver estimated maximum bitrate (RTCP REMB) for the video stream."""
-        assert self.pc is not None
-        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.kind == "video")
-        ssrcs = [s.source for s in receiver.getSynchronizationSources()]
-        if not ssrcs:
-            raise RuntimeError("no video packet received yet: no stream to estimate")
+        receiver, ssrc = self._video_source("no stream to estimate")
         packet = RtcpPsfbPacket(
-            fmt=RTCP_PSFB_APP, ssrc=0, media_ssrc=0, fci=pack_remb_fci(bitrate, ssrcs[:1])
+            fmt=RTCP_PSFB_APP, ssrc=0, media_ssrc=0, fci=pack_remb_fci(bitrate, [ssrc])
         )
         await receiver._send_rtcp(packet)
 
     async def close(self) -> None:
-        await self.signaling.end()
         for task in self._tasks:
             task.cancel()
-        if self.pc is not None:
-            await self.pc.close()
-        await self.signaling.close()
+        await self.signaling.hang_up(self.pc)
 
     async def __aenter__(self) -> Viewer:
         await self.start()
@@ -141,6 +127,15 @@ class Viewer:
     def ended(self) -> asyncio.Future[str] | None:
         """The reason of `session.ended`, once the server sends it."""
         return self.signaling.ended
+
+    def _video_source(self, no_packet_yet: str) -> tuple[RTCRtpReceiver, int]:
+        """The video receiver and the SSRC of its stream; RuntimeError before its first packet."""
+        assert self.pc is not None
+        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.kind == "video")
+        ssrcs = [s.source for s in receiver.getSynchronizationSources()]
+        if not ssrcs:
+            raise RuntimeError(f"no video packet received yet: {no_packet_yet}")
+        return receiver, ssrcs[0]
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         self._tasks.append(asyncio.create_task(self._read_frames(track)))

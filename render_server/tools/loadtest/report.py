@@ -17,7 +17,7 @@ from typing import Any
 
 from render_server.tools.loadtest.runner import RunResult
 from render_server.tools.loadtest.stream import StreamResult
-from render_server.tools.measure.latency import percentiles
+from render_server.tools.stats import percentile, percentiles
 
 SCHEMA = "render-server-loadtest/1"
 
@@ -150,7 +150,7 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "frozen_in_ramp": sum(1 for s in streams if s["freezes"] > s["freezes_hold"]),
         "fps_target": config.fps,
         "fps_hold_min": min(fps_values) if len(fps_values) == len(streams) else 0.0,
-        "fps_hold_median": _median(fps_values),
+        "fps_hold_median": round(percentile(fps_values, 50), 2) if fps_values else None,
         "fps_hold_total": round(sum(fps_values), 2),
         "mbps_total": round(sum(s["mbps"] or 0.0 for s in streams), 3),
         "frames": frames,
@@ -239,15 +239,6 @@ def judge(
 def _names(streams: list[dict[str, Any]], most: int = 6) -> str:
     names = ", ".join(f"#{s['index']}" for s in streams[:most])
     return names + (", …" if len(streams) > most else "")
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return round(value, 2)
 
 
 def _fmt(value: Any, spec: str = ".1f", none: str = "-") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import multiprocessing as mp
 import os
@@ -22,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from render_server.protocol.timing import now_ms
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.server import ServerApi, worker_mode
 from render_server.tools.loadtest.stream import END_WAIT_S, StreamProbe, StreamResult
-from render_server.transport.timing import now_ms
+from render_server.tools.stats import percentile
 
 PROGRESS_INTERVAL_S = 1.0
 START_TIMEOUT_S = 120.0  # for the processes to import aiortc and PyAV and say they are ready
@@ -196,7 +198,7 @@ def _watch(
             dt = (now - last_tick) / 1000.0
             while recent and recent[0][0] < now - 3000.0:
                 recent.popleft()
-            latencies = sorted(x for _, batch in recent for x in batch)
+            latencies = [x for _, batch in recent for x in batch]
             elapsed = (now - t0_ms) / 1000.0
             phase = (
                 "starting" if elapsed < 0
@@ -208,7 +210,7 @@ def _watch(
                 Progress(
                     elapsed, phase, [status[i] for i in sorted(status)],
                     (frames - last_frames) / dt, (sent - last_bytes) * 8 / dt / 1e6,
-                    latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
+                    percentile(latencies, 95) if latencies else None,
                 )
             )  # fmt: skip
             last_frames, last_bytes, last_tick = frames, sent, now
@@ -226,6 +228,10 @@ def _child_main(
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("aiortc", "aioice", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # a full collection over what aiortc and PyAV left at import would stall every stream of
+    # this process for tens of ms (counted as a freeze): none of it is garbage
+    gc.collect()
+    gc.freeze()
     messages.put(("ready", process))
     go.wait()
     t0_ms = float(origin.value)
@@ -268,5 +274,5 @@ async def _report_progress(probes: list[StreamProbe], process: int, messages: An
             )  # fmt: skip
             for p in probes
         ]
-        latencies = [x for p in probes for x in p.take_recent_latencies()]
+        latencies = [x for p in probes for x in p.latency.take_recent()]
         messages.put(("progress", process, statuses, latencies))

@@ -27,12 +27,15 @@ class ServerApi:
     token: str | None = None
     timeout_s: float = 5.0
 
-    def _get(self, path: str) -> bytes:
-        request = urllib.request.Request(self.url.rstrip("/") + path)
+    def _request(self, path: str, method: str = "GET") -> urllib.request.Request:
+        request = urllib.request.Request(self.url.rstrip("/") + path, method=method)
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
+        return request
+
+    def _get(self, path: str) -> bytes:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(self._request(path), timeout=self.timeout_s) as response:
                 data: bytes = response.read()
                 return data
         except urllib.error.HTTPError as exc:
@@ -58,11 +61,7 @@ class ServerApi:
 
     def end_session(self, session_id: str) -> int:
         """`DELETE /api/sessions/{id}`; the HTTP status."""
-        request = urllib.request.Request(
-            f"{self.url.rstrip('/')}/api/sessions/{session_id}", method="DELETE"
-        )
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
+        request = self._request(f"/api/sessions/{session_id}", method="DELETE")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return int(response.status)

@@ -15,39 +15,32 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiortc import RTCPeerConnection
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
+from render_server.protocol.timing import now_ms  # one clock for all the runner's processes
 from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.loadtest.frame_latency import FrameLatencies
+from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import (
     FrameAssembler,
     FrameDecoder,
     ObservedFrame,
     h264_keyframe_nal,
-    observe_receiver,
 )
-from render_server.tools.measure.latency import (
-    ClockOffset,
-    TimingRecord,
-    parse_timing,
-    ping_burst,
-    ping_every,
-)
-from render_server.tools.signaling_client import SignalingClient, SignalingError, json_object
-
-# monotonic ms: the same clock in every process of a host, so the runner's start means the same
-from render_server.transport.timing import now_ms
+from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.receiver_hook import observe_receiver
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
 PING_INTERVAL_S = 1.0
 END_WAIT_S = 5.0  # after session.end, how long the worker has to answer session.ended
-MAX_WAITING = 512
 PEER_CLOSED_GRACE_S = 1.0
-MAX_FREEZE_EVENTS = 100  # records or frames waiting for their other half
+MAX_FREEZE_EVENTS = 100
+MAX_WORKER_ERRORS = 20  # error messages kept, from the signaling and the data channel
 
 
 class SamplingAssembler(FrameAssembler):
@@ -122,12 +115,6 @@ class StreamResult:
             return None
         return (self.first_frame_s - self.requested_s) * 1000.0
 
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["frame_t_s"], out["latency_t_s"], out["latency_ms"]
-        out["setup_ms"] = None if self.setup_ms is None else round(self.setup_ms, 1)
-        return out
-
 
 class StreamFailed(Exception):
     """Ends a stream early; the message is the reason the report gives."""
@@ -140,7 +127,7 @@ class StreamProbe:
         self.config = config
         self.t0_ms = t0_ms
         self.result = StreamResult(index, process)
-        self.clock = ClockOffset()
+        self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: FrameDecoder | None = None
         if config.decode_every > 0:
@@ -156,10 +143,6 @@ class StreamProbe:
         self._stopped = asyncio.Event()  # the stream failed or the worker ended it
         self._first_frame = asyncio.Event()
         self._last_frame_ms: float | None = None
-        self._records: dict[int, TimingRecord] = {}  # waiting for their frame
-        self._frames: dict[int, float] = {}  # rtp → last packet in, waiting for their record
-        self._pairs: list[tuple[float, float]] = []  # (worker r0, client last-packet ms)
-        self._recent: list[float] = []  # latencies since the last progress snapshot
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -178,11 +161,8 @@ class StreamProbe:
         except StreamFailed as exc:
             self._fail(str(exc))
         except TimeoutError:
-            where = (
-                f" (queued at position {self.result.queued_position})"
-                if (self.result.state == "queued")
-                else ""
-            )
+            queued = self.result.state == "queued"
+            where = f" (queued at position {self.result.queued_position})" if queued else ""
             self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
         except (aiohttp.ClientError, OSError) as exc:
             self._fail(f"signaling unreachable: {exc}")
@@ -190,7 +170,9 @@ class StreamProbe:
             self._fail(f"{type(exc).__name__}: {exc}")
         if self.result.state != "failed":
             self.result.state = "up"
-            pinger = asyncio.create_task(ping_every(self._send, self.clock, PING_INTERVAL_S))
+            pinger = asyncio.create_task(
+                ping_every(self._send, self.latency.clock, PING_INTERVAL_S)
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), max(0.0, (end_ms - now_ms()) / 1000.0))
             pinger.cancel()
@@ -213,16 +195,14 @@ class StreamProbe:
         self.result.worker_id = info.get("workerId")
         self.result.state = "negotiating"
 
-        self.pc = pc = signaling.peer_connection()
-        pc.on("connectionstatechange", self._on_connection_state)
-        transceiver = pc.addTransceiver("video", direction="recvonly")
-        observe_receiver(transceiver.receiver, self.assembler)
-        self._count_feedback(transceiver.receiver)
-        self._channel = channel = pc.createDataChannel("input")
-        channel.on("open", self._on_channel_open)
-        channel.on("message", self._on_message)
+        self.pc, receiver, self._channel = signaling.viewer_peer(
+            self._on_message, self._on_channel_open
+        )
+        self.pc.on("connectionstatechange", self._on_connection_state)
+        observe_receiver(receiver, self.assembler.add)
+        self._count_feedback(receiver)
         try:
-            await signaling.negotiate(pc, timeout=None)
+            await signaling.negotiate(self.pc, timeout=None)
         except SignalingError as exc:
             raise StreamFailed(_reason(exc)) from None
         waiter = asyncio.create_task(self._first_frame.wait())
@@ -278,12 +258,13 @@ class StreamProbe:
         r.duplicate_packets = stats.duplicates
         r.incomplete_frames = stats.incomplete
         r.lost_packets = stats.lost_packets
-        if self.clock.samples:
-            r.clock = self.clock.summary()
-            offset = self.clock.offset
-            for r0, arrived in self._pairs:
+        latency = self.latency
+        r.timing_records, r.bad_timing = latency.record_count, latency.bad_timing
+        if latency.clock.samples:
+            r.clock = latency.clock.summary()
+            for arrived, ms in latency.series():
                 r.latency_t_s.append(self._rel_s(arrived))
-                r.latency_ms.append(round(arrived + offset - r0, 3))
+                r.latency_ms.append(ms)
         if self.decoder is not None:
             r.decode = self.decoder.stats.as_dict()
 
@@ -331,13 +312,7 @@ class StreamProbe:
         self._last_frame_ms = (
             arrived if self._last_frame_ms is None else max(arrived, self._last_frame_ms)
         )
-        if frame.complete:
-            record = self._records.pop(frame.rtp, None)
-            if record is not None:
-                self._pair(record.r0, arrived)
-            else:
-                self._frames[frame.rtp] = arrived
-                _bound(self._frames)
+        self.latency.add_frame(frame)
         if access_unit and self.decoder is not None:  # a sample (`SamplingAssembler` counts)
             self.decoder.offer(frame, access_unit)
 
@@ -350,30 +325,6 @@ class StreamProbe:
             r.freeze_ms = round(r.freeze_ms + gap_ms, 1)
             if len(r.freeze_events) < MAX_FREEZE_EVENTS:
                 r.freeze_events.append((self._rel_s(ended_ms), round(gap_ms, 1)))
-
-    def _pair(self, r0: float, arrived_ms: float) -> None:
-        self._pairs.append((r0, arrived_ms))
-        if self.clock.samples:
-            self._recent.append(arrived_ms + self.clock.offset - r0)
-
-    def _on_timing(self, message: dict[str, Any]) -> None:
-        try:
-            records = parse_timing(message)
-        except ValueError:
-            self.result.bad_timing += 1
-            return
-        for record in records:
-            self.result.timing_records += 1
-            arrived = self._frames.pop(record.rtp, None)
-            if arrived is not None:
-                self._pair(record.r0, arrived)
-            else:
-                self._records[record.rtp] = record
-                _bound(self._records)
-
-    def take_recent_latencies(self) -> list[float]:
-        recent, self._recent = self._recent, []
-        return recent
 
     # -- signaling and the data channel ------------------------------------------------------
 
@@ -402,28 +353,22 @@ class StreamProbe:
             request["maxKbps"] = config.max_kbps
         self.result.quality_requested = request
         self._send(request)
-        asyncio.get_running_loop().create_task(ping_burst(self._send, self.clock))
+        asyncio.get_running_loop().create_task(ping_burst(self._send, self.latency.clock))
 
     def _on_message(self, data: str | bytes) -> None:
-        received = now_ms()
-        message = json_object(data)
+        message = self.latency.receive(data)  # timing records and pongs stop there
         if message is None:
             return
         kind = message.get("type")
-        if kind == "timing":
-            self._on_timing(message)
-        elif kind == "pong":
-            self.clock.pong(message, received)
-        elif kind == "quality":
+        if kind == "quality":
             if self.result.quality_requested:  # the answer to ours (else the greeting on open)
                 self.result.quality_applied = {
                     k: message.get(k) for k in ("width", "height", "fps", "maxKbps")
                 }
             if isinstance(message.get("fps"), int | float) and message["fps"] > 0:
                 self.interval_ms = 1000.0 / float(message["fps"])
-        elif kind == "error":
-            if len(self.result.worker_errors) < 20:
-                self.result.worker_errors.append(message)
+        elif kind == "error" and len(self.result.worker_errors) < MAX_WORKER_ERRORS:
+            self.result.worker_errors.append(message)
 
     def _send(self, message: dict[str, Any]) -> None:
         channel = self._channel
@@ -441,7 +386,7 @@ class StreamProbe:
                 self._fail(f"the session was ended by the server ({message.get('reason')})")
         elif kind == "session.interrupted":
             self._fail(f"the session was interrupted ({message.get('reason')})")
-        elif kind == "error" and len(self.result.worker_errors) < 20:
+        elif kind == "error" and len(self.result.worker_errors) < MAX_WORKER_ERRORS:
             self.result.worker_errors.append(message)
 
     async def _watch_socket(self) -> None:
@@ -454,8 +399,3 @@ def _reason(exc: SignalingError) -> str:
     if exc.code in ("closed", "ended"):
         return exc.message
     return f"signaling error {exc.code}: {exc.message}"
-
-
-def _bound(waiting: dict[int, Any]) -> None:
-    while len(waiting) > MAX_WAITING:
-        del waiting[next(iter(waiting))]

@@ -78,7 +78,7 @@ def measure_in_chromium(
             if not page.evaluate("typeof window.renderStream?.latency === 'function'"):
                 raise MeasureError("the page's SDK has no renderStream.latency()")
             page.wait_for_timeout(700)  # the SDK's first pings align the clocks
-            _drag(page, seconds, width, height)
+            drag(page, seconds, width, height)
             page.wait_for_timeout(600)  # the last timing records arrive
             summary: dict[str, Any] = page.evaluate("window.renderStream.latency()")
         finally:
@@ -88,8 +88,9 @@ def measure_in_chromium(
     return summary
 
 
-def _drag(page: Any, seconds: float, width: int, height: int) -> None:
-    """Hold the left button and sweep across the middle, back and forth."""
+def drag(page: Any, seconds: float, width: int, height: int) -> None:
+    """Hold the left button and sweep across the middle of a `width` × `height` Playwright
+    page, back and forth, for `seconds`."""
     x, y, swing = width / 2, height / 2, width / 6
     page.mouse.move(x, y)
     page.mouse.down()

@@ -15,16 +15,17 @@ from typing import Any
 
 from aiortc import RTCPeerConnection
 
+from render_server.protocol.timing import now_ms  # the client clock, as frames' arrival times are
+from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import (
     DecodeMode,
     FrameAssembler,
     FrameDecoder,
     ObservedFrame,
-    observe_receiver,
 )
-from render_server.tools.measure.latency import LatencyMatcher, ping_burst, ping_every
-from render_server.tools.signaling_client import SignalingClient, SignalingError, json_object
-from render_server.transport.timing import now_ms  # the client clock, as frames' arrival times are
+from render_server.tools.measure.latency import LatencyMatcher
+from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.receiver_hook import observe_receiver
 
 
 class MeasureError(RuntimeError):
@@ -68,13 +69,11 @@ class LatencyClient:
         """Open a session, negotiate, and wait for the channel and the first frame."""
         try:
             self.session_info = await self.signaling.start(timeout)
-            self.pc = pc = self.signaling.peer_connection()
-            transceiver = pc.addTransceiver("video", direction="recvonly")
-            observe_receiver(transceiver.receiver, self.assembler)
-            self.channel = pc.createDataChannel("input")
-            self.channel.on("open", self._channel_open.set)
-            self.channel.on("message", self._on_message)
-            await self.signaling.negotiate(pc, timeout)
+            self.pc, receiver, self.channel = self.signaling.viewer_peer(
+                self._on_message, self._channel_open.set
+            )
+            observe_receiver(receiver, self.assembler.add)
+            await self.signaling.negotiate(self.pc, timeout)
         except SignalingError as exc:
             raise MeasureError(str(exc)) from None
         await asyncio.wait_for(self._channel_open.wait(), timeout)
@@ -110,10 +109,7 @@ class LatencyClient:
         return report
 
     async def close(self) -> None:
-        await self.signaling.end()
-        if self.pc is not None:
-            await self.pc.close()
-        await self.signaling.close()
+        await self.signaling.hang_up(self.pc)
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
 
@@ -132,9 +128,6 @@ class LatencyClient:
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.send(json.dumps(message))
-
-    def ping(self) -> None:
-        self.send(self.matcher.clock.ping(now_ms()))
 
     async def _drag(self, seconds: float) -> None:
         """A left-button drag across the middle, numbered moves at `input_rate`, turning back
@@ -174,16 +167,8 @@ class LatencyClient:
         self._first_frame.set()
 
     def _on_message(self, data: str | bytes) -> None:
-        received = now_ms()
-        message = json_object(data)
-        if message is None:
-            return
-        kind = message.get("type")
-        if kind == "timing":
-            self.matcher.add_timing(message)
-        elif kind == "pong":
-            self.matcher.clock.pong(message, received)
-        elif kind == "error":
+        message = self.matcher.receive(data)  # timing records and pongs stop there
+        if message is not None and message.get("type") == "error":
             self.errors.append(message)
 
 

@@ -3,9 +3,10 @@
 aiortc's receiver hands a frame to its decoder only when the first packet of the *next* frame
 arrives, which adds a whole frame interval to anything timed at `track.recv()`. A
 `FrameAssembler` is fed every RTP packet (sequence number, timestamp, marker, payload) with its
-arrival time and closes a frame at its marker-bit packet instead. `observe_receiver` feeds one
-from an `RTCRtpReceiver`, ahead of aiortc's own handling, which still runs unchanged (NACK,
-REMB, RTCP receiver reports, PLI on loss).
+arrival time and closes a frame at its marker-bit packet instead. transport/receiver_hook.py
+feeds one from an `RTCRtpReceiver` (`observe_receiver(receiver, assembler.add)`), ahead of
+aiortc's own handling, which still runs unchanged (NACK, REMB, RTCP receiver reports, PLI on
+loss).
 
 Per packet the assembler does a few integer operations and, for a frame's first packets, looks
 at the NAL header; payload bytes are kept only while a `FrameDecoder` wants them.
@@ -16,15 +17,12 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import av
-from aiortc import RTCRtpReceiver
 from aiortc.codecs.h264 import H264PayloadDescriptor
-from aiortc.rtp import RtpPacket, unwrap_rtx
 
 NAL_IDR: Final = 5
 NAL_SPS: Final = 7
@@ -318,58 +316,3 @@ class FrameDecoder:
                 self.stats.decoded += 1
                 size = (picture.width, picture.height)
                 self.stats.sizes[size] = self.stats.sizes.get(size, 0) + 1
-
-
-class _DiscardQueue(queue.Queue[Any]):
-    """Stands in for aiortc's decoder queue: drops encoded frames, passes the stop signal."""
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        if item is None:
-            super().put(item, block, timeout)
-
-
-def observe_receiver(
-    receiver: RTCRtpReceiver,
-    assembler: FrameAssembler,
-    decode_in_aiortc: bool = False,
-) -> None:
-    """Feed `assembler` every RTP packet `receiver` gets, before aiortc handles it.
-
-    Retransmissions (RTX) are unwrapped to the packet they repair. With `decode_in_aiortc`
-    False, aiortc's decoder thread gets no frames: its input queue is swapped, before
-    `receive()` starts the thread, for one that keeps only the stop signal, so the track never
-    yields a frame and no CPU goes to decoding. Call it right after `addTransceiver`.
-    """
-    handle = getattr(receiver, "_handle_rtp_packet", None)
-    if not callable(handle) or not hasattr(receiver, "_RTCRtpReceiver__decoder_queue"):
-        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook to observe")
-    if not decode_in_aiortc:
-        if getattr(receiver, "_RTCRtpReceiver__decoder_thread", None) is not None:
-            raise RuntimeError("the receiver already decodes: observe it before negotiating")
-        receiver._RTCRtpReceiver__decoder_queue = _DiscardQueue()
-    codecs: dict[int, Any] = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
-    rtx_ssrc: dict[int, int] = receiver._RTCRtpReceiver__rtx_ssrc  # type: ignore[attr-defined]
-    add = assembler.add
-    monotonic = time.monotonic
-
-    async def observed(packet: RtpPacket, arrival_time_ms: int) -> None:
-        now = monotonic() * 1000.0
-        codec = codecs.get(packet.payload_type)
-        if codec is not None:
-            if codec.name == "rtx":
-                apt = codec.parameters.get("apt")
-                original = rtx_ssrc.get(packet.ssrc)
-                if isinstance(apt, int) and original is not None and len(packet.payload) >= 2:
-                    repaired = unwrap_rtx(packet, payload_type=apt, ssrc=original)
-                    add(
-                        repaired.sequence_number,
-                        repaired.timestamp,
-                        repaired.marker,
-                        repaired.payload,
-                        now,
-                    )
-            elif codec.name == "H264":
-                add(packet.sequence_number, packet.timestamp, packet.marker, packet.payload, now)
-        await handle(packet, arrival_time_ms)
-
-    receiver._handle_rtp_packet = observed  # type: ignore[method-assign]
