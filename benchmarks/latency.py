@@ -1,18 +1,38 @@
-"""Latency in real Chromium on loopback: our pipeline against a bare aiortc + libx264 sender.
+"""Latency in real Chromium on loopback: our pipeline against a bare aiortc sender of the same
+libx264 stream.
 
-For each size (1280x720 at 30 fps, 1920x1080 at 60 fps) it starts `render-server serve` (CPU
-renderer, libx264) and, as the baseline in the same run, a bare sender built here: an aiohttp +
-aiortc server whose plain video track hands aiortc pre-made `av.VideoFrame`s of a moving
-pattern, which aiortc's own H.264 encoder (libx264, its settings, capped at 3 Mbps) encodes. The
-bare sender answers pings and sends the same `timing` records, so the same browser-side meter
-(client/latency.js) measures both. Headless Chromium drags the mouse over each page and reads
-`window.renderStream.latency()`.
+For each size (1280x720 at 30 fps, 1920x1080 at 60 fps) two senders are measured in the same
+run, one after the other, the same way:
+
+- ours: `render-server serve --renderer cpu --encoder x264 --playout-delay low`, as a user
+  runs it (`--bitrate` set to the default for the size and rate): signaling, the worker, a
+  render on every input, libx264.
+- bare (the baseline): a sender built here from aiohttp (one POST trades offer and answer) and
+  aiortc alone, in a process of its own as ours is. Its picture is a pre-made moving pattern
+  (60 YUV frames, shifted by the drag), encoded on the session's own thread at each frame time
+  (not ahead of time: an infinite GOP cannot skip about) by the encoder our worker uses,
+  `encode.x264.create_x264_encoder` (ultrafast, zerolatency, Constrained Baseline, keyframes
+  only on request, the bitrate `StreamConfig.bitrate_for` gives the size and rate, REMB
+  followed below it, PLI/FIR through the same rate-limited `KeyframeGate`). Each `av.Packet`
+  goes to aiortc the way our track hands it (`transport/track.py`): paced at the frame rate,
+  missed ticks dropped, input starting a frame at once but no sooner than one interval after
+  the last; H.264 only, and the same playout-delay extension negotiated and requested
+  (`transport/playout_delay.py`).
+So the two differ in architecture only: no signaling server, no worker, no rendering on input.
+Both answer pings and send the same `timing` records, so the same meter (client/latency.js)
+measures both. Headless Chromium drags the mouse over each page for `--seconds`; on both sides
+only the frames displayed during the drag count: the percentiles are theirs, and the table
+gives how many frames each side displayed (and decoded) in that window and their rate.
+
+The script checks that each side's answer SDP (as Chromium holds it) carries the playout-delay
+extension, and prints the x264 options the bare sender's stream carries in its SEI.
 
     python benchmarks/latency.py [--seconds 10] [--sizes 1280x720@30,1920x1080@60]
-        [--client chromium|python]
+        [--client chromium|python] [--json]
 
 `--client python` measures our pipeline only, with the Python client (glass-to-glass then ends
-at the frame's last packet in, not at display); the bare sender has no signaling for it.
+at the frame's last packet in, not at display; frames counted as they arrive); the bare sender
+has no signaling for it.
 """
 
 from __future__ import annotations
@@ -20,32 +40,52 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fractions
 import json
+import multiprocessing as mp
 import os
+import re
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiortc.rtcrtpsender
 import av
 import numpy as np
 from aiohttp import web
-from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
+from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from render_server.config import Resolution, StreamConfig
+from render_server.encode.x264 import create_x264_encoder
+from render_server.protocol.timing import now_ms
+from render_server.stream.keyframes import KeyframeGate
 from render_server.tools.local_server import local_server
-from render_server.tools.measure.browser import measure_in_chromium
-from render_server.tools.measure.client import measure_latency
-from render_server.tools.measure.frames import h264_keyframe_nal
-from render_server.transport.timing import FrameRecord, FrameTimingLog, now_ms, watch_sent_packets
+from render_server.tools.measure.browser import CHROMIUM_ARGS, find_chromium
+from render_server.tools.measure.client import LatencyClient, MeasureError
+from render_server.transport.playout_delay import (
+    PLAYOUT_DELAY_URI,
+    register_playout_delay,
+    request_playout_delay,
+)
+from render_server.transport.rtcp_feedback import route_rtcp_feedback
+from render_server.transport.timing import FrameRecord, FrameTimingLog, watch_sent_packets
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "render_server" / "client"
 PATTERN_FRAMES = 60
-TIMING_EVERY_S = 0.1
+TIMING_EVERY_S = 0.1  # as the worker's sessions send them
+RTP_CLOCK = 90_000
+PLAYOUT_DELAY = "low"  # `serve`'s default, passed to ours explicitly and requested by the bare one
+STREAMING_TIMEOUT_MS = 30_000
+# x264's own account of its settings, in the SEI of the first IDR; what ultrafast + zerolatency
+# set (ultrafast: me=dia subme=0 ref=1 trellis=0; zerolatency: rc_lookahead=0 bframes=0 mbtree=0)
+X264_EXPECTED = {"me": "dia", "subme": "0", "ref": "1", "trellis": "0", "rc_lookahead": "0",
+                 "bframes": "0", "mbtree": "0", "keyint": "infinite"}  # fmt: skip
+X264_SHOWN = (*X264_EXPECTED, "sliced_threads", "threads", "bitrate", "vbv_maxrate", "vbv_bufsize")
 
 # -- the bare sender ------------------------------------------------------------------------------
 
@@ -56,9 +96,9 @@ BARE_PAGE = """<!doctype html>
 <script type="module">
 import { LatencyMeter } from '/latency.js';
 const meter = new LatencyMeter();
-window.renderStream = { latency: () => meter.summary(), latencyMeter: meter };
 const video = document.getElementById('v');
 const pc = new RTCPeerConnection();
+window.renderStream = { latency: () => meter.summary(), latencyMeter: meter, pc };
 const transceiver = pc.addTransceiver('video', { direction: 'recvonly' });
 const codecs = RTCRtpReceiver.getCapabilities('video').codecs.filter(
   (c) => (c.mimeType === 'video/H264' && /packetization-mode=1/.test(c.sdpFmtpLine || ''))
@@ -121,62 +161,120 @@ class _Steering:
         return -1, None
 
 
-class PatternTrack(VideoStreamTrack):
-    """Pre-made frames of a moving pattern at `fps`, shifted by the drag; notes when each
-    frame left `recv()` (the frame's start) and what input it shows."""
+def x264_sei_options(access_unit: bytes) -> dict[str, str] | None:
+    """The `options:` x264 writes into the SEI of its first IDR, as a dict; None if absent."""
+    match = re.search(rb"options: ([ -~]+)", access_unit)
+    if match is None:
+        return None
+    pairs = (item.split("=", 1) for item in match.group(1).decode().split())
+    return {key: value for key, *rest in pairs for value in rest[:1]}
 
-    def __init__(self, frames: list[av.VideoFrame], fps: float, steering: _Steering) -> None:
+
+class PatternEncoder:
+    """The bare session's frames: pre-made pictures, encoded on the session's one thread by
+    our worker's libx264 encoder, with its keyframe gate and its rule for REMB."""
+
+    def __init__(self, frames: list[av.VideoFrame], fps: float, bitrate: int) -> None:
+        self.frames = frames
+        size = Resolution(frames[0].width, frames[0].height)
+        self.encoder = create_x264_encoder(size, fps, bitrate)
+        self.keyframes = KeyframeGate(StreamConfig().keyframe_min_interval_s)
+        self.x264: dict[str, str] | None = None  # from the first IDR's SEI
+        self._estimate: int | None = None
+        self._lock = threading.Lock()
+
+    def request_bitrate(self, bitrate: int) -> None:
+        """REMB: aim at `bitrate` from the next frame on (the encoder caps it, as ours)."""
+        with self._lock:
+            self._estimate = bitrate
+
+    def produce(self, index: int, pts: int) -> tuple[av.Packet | None, float, float, bool]:
+        """(packet, start ms, encoded ms, keyframe) of picture `index`; on the session thread."""
+        start = now_ms()
+        with self._lock:
+            estimate, self._estimate = self._estimate, None
+        if estimate is not None:
+            self.encoder.set_bitrate(estimate)
+        keyframe = self.keyframes.take(time.monotonic())
+        packet = self.encoder.encode(self.frames[index], pts, keyframe=keyframe)
+        encoded = now_ms()
+        if packet is not None and keyframe and self.x264 is None:
+            self.x264 = x264_sei_options(bytes(packet))
+        return packet, start, encoded, keyframe
+
+
+class PatternTrack(MediaStreamTrack):
+    """One encoded `av.Packet` per frame for aiortc to packetize, paced like our track: ticks
+    at `fps`, missed ticks dropped, input (`poke`) starting a frame at once but no sooner than
+    one interval after the last. Each frame's timing record goes to `log` when it is handed."""
+
+    kind = "video"
+
+    def __init__(
+        self,
+        source: PatternEncoder,
+        fps: float,
+        steering: _Steering,
+        log: FrameTimingLog,
+        executor: ThreadPoolExecutor,
+    ) -> None:
         super().__init__()
-        self.frames, self.fps, self.steering = frames, fps, steering
-        self.started: dict[int, tuple[float, int, float | None]] = {}  # pts → r0, seq, input
-        self._t0: float | None = None
+        self.source, self.steering, self.log, self.executor = source, steering, log, executor
+        self._interval = 1.0 / fps
+        self._next_tick: float | None = None
+        self._last_sent = -float("inf")
+        self._waiter: asyncio.Future[bool] | None = None
+        self._t0 = time.monotonic()
         self._n = 0
 
-    async def recv(self) -> av.VideoFrame:
-        if self._t0 is None:
-            self._t0 = time.monotonic()
-        due = self._t0 + self._n / self.fps
-        await asyncio.sleep(max(0.0, due - time.monotonic()))
-        pts = round(self._n * 90_000 / self.fps)
-        self._n += 1
-        seq, input_ms = self.steering.take()
-        index = (self._n + int(self.steering.pan * 30)) % len(self.frames)
-        frame = self.frames[index]
-        frame.pts, frame.time_base = pts, fractions.Fraction(1, 90_000)
-        self.started[pts] = (now_ms(), seq, input_ms)
-        return frame
+    def poke(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
 
+    async def _wait(self, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(seconds, lambda: waiter.done() or waiter.set_result(False))
+        try:
+            return bool(await waiter)
+        finally:
+            timer.cancel()
+            self._waiter = None
 
-class TimedEncoder:
-    """aiortc's encoder, with the end of each encode noted by the frame's 90 kHz timestamp."""
-
-    ended: dict[int, float] = {}
-
-    def __init__(self, inner: Any) -> None:
-        object.__setattr__(self, "_inner", inner)
-
-    def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        payloads, timestamp = self._inner.encode(frame, force_keyframe)
-        TimedEncoder.ended[timestamp] = now_ms()
-        return payloads, timestamp
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)  # target_bitrate from REMB
-
-
-def _install_timed_encoder() -> None:
-    original = aiortc.rtcrtpsender.get_encoder
-    if getattr(original, "timed", False):
-        return
-
-    def get_encoder(codec: Any) -> Any:
-        return TimedEncoder(original(codec))
-
-    get_encoder.timed = True  # type: ignore[attr-defined]
-    aiortc.rtcrtpsender.get_encoder = get_encoder  # type: ignore[attr-defined]
+    async def recv(self) -> av.Packet:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            now = loop.time()
+            if self._next_tick is None:
+                self._next_tick = now
+            wait = self._next_tick - now
+            if wait > 0:
+                if await self._wait(wait):
+                    earliest = self._last_sent + self._interval
+                    if loop.time() < earliest:
+                        await asyncio.sleep(earliest - loop.time())
+                    self._next_tick = loop.time()
+            elif -wait > self._interval:
+                self._next_tick += int(-wait / self._interval) * self._interval
+            self._next_tick += self._interval
+            self._last_sent = loop.time()
+            pts = int((time.monotonic() - self._t0) * RTP_CLOCK)
+            seq, input_ms = self.steering.take()
+            self._n += 1
+            index = (self._n + int(self.steering.pan * 30)) % len(self.source.frames)
+            packet, start, encoded, keyframe = await loop.run_in_executor(
+                self.executor, self.source.produce, index, pts
+            )
+            if self.readyState != "live":
+                raise MediaStreamError
+            if packet is not None:
+                self.log.handed(
+                    FrameRecord(pts, seq, input_ms, start, start, encoded, now_ms(), packet.size,
+                                keyframe)
+                )  # fmt: skip
+                return packet
 
 
 def pattern_frames(width: int, height: int, count: int = PATTERN_FRAMES) -> list[av.VideoFrame]:
@@ -194,14 +292,39 @@ def pattern_frames(width: int, height: int, count: int = PATTERN_FRAMES) -> list
     return frames
 
 
+def h264_only() -> list[Any]:
+    """H.264 and its RTX, as our sessions prefer (aiortc would otherwise answer VP8)."""
+    return [
+        c
+        for c in RTCRtpSender.getCapabilities("video").codecs
+        if c.mimeType.lower() in ("video/h264", "video/rtx")
+    ]
+
+
+@dataclass
+class BareSender:
+    """The bare sender's state in its process; `report()` is what goes back to the script."""
+
+    answers: list[str] = field(default_factory=list)  # the answer SDP of each session
+    encoders: list[PatternEncoder] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        x264 = next((e.x264 for e in self.encoders if e.x264), None)
+        return {"answers": self.answers, "x264": x264}
+
+
 async def _bare_session(request: web.Request) -> web.Response:
     app = request.app
+    bare: BareSender = app["bare"]
     offer = await request.json()
     pc = RTCPeerConnection()
     app["pcs"].add(pc)
-    steering = _Steering()
-    track = PatternTrack(app["frames"], app["fps"], steering)
-    log = FrameTimingLog()
+    steering, log = _Steering(), FrameTimingLog()
+    source = PatternEncoder(app["frames"], app["fps"], app["bitrate"])
+    executor = ThreadPoolExecutor(1, thread_name_prefix="bare-session")
+    app["executors"].append(executor)
+    track = PatternTrack(source, app["fps"], steering, log, executor)
+    bare.encoders.append(source)
 
     @pc.on("datachannel")
     def on_channel(channel: Any) -> None:
@@ -210,10 +333,11 @@ async def _bare_session(request: web.Request) -> web.Response:
             arrived = now_ms()
             message = json.loads(data)
             if message.get("type") == "ping":
-                channel.send(json.dumps({**message, "type": "pong", "w": arrived}))
+                channel.send(json.dumps({**message, "type": "pong", "w": round(arrived, 3)}))
             elif message.get("type") == "pointer" and isinstance(message.get("seq"), int):
                 steering.seq, steering.input_ms = message["seq"], arrived
                 steering.pan += float(message.get("dx", 0.0))
+                track.poke()
 
         async def send_timing() -> None:
             while channel.readyState != "closed":
@@ -224,63 +348,77 @@ async def _bare_session(request: web.Request) -> web.Response:
 
         app["tasks"].add(asyncio.ensure_future(send_timing()))
 
+    # the order of our session's accept_offer
+    transceiver = pc.addTransceiver(track, direction="sendonly")
+    transceiver.setCodecPreferences(h264_only())
+    route_rtcp_feedback(transceiver.sender, source.keyframes.request, source.request_bitrate)
+    request_playout_delay(transceiver.sender, PLAYOUT_DELAY)
     await pc.setRemoteDescription(RTCSessionDescription(offer["sdp"], offer["type"]))
-    sender = pc.addTrack(track)
-    next_encoded = sender._next_encoded_frame
-
-    async def timed_next(codec: Any) -> Any:
-        encoded = await next_encoded(codec)
-        if encoded is not None:
-            r0, seq, input_ms = track.started.pop(encoded.timestamp, (now_ms(), -1, None))
-            e1 = TimedEncoder.ended.pop(encoded.timestamp, now_ms())
-            keyframe = any(h264_keyframe_nal(p) for p in encoded.payloads)
-            log.handed(
-                FrameRecord(encoded.timestamp, seq, input_ms, r0, r0, e1, e1,
-                            sum(len(p) for p in encoded.payloads), keyframe)
-            )  # fmt: skip
-        return encoded
-
-    sender._next_encoded_frame = timed_next  # type: ignore[method-assign]
+    watch_sent_packets(transceiver.sender, log.packet_sent)
     await pc.setLocalDescription(await pc.createAnswer())
-    watch_sent_packets(sender, log.packet_sent)
-    return web.json_response({"sdp": pc.localDescription.sdp, "type": "answer"})
+    answer = pc.localDescription.sdp
+    bare.answers.append(answer)
+    return web.json_response({"sdp": answer, "type": "answer"})
 
 
-@contextlib.contextmanager
-def bare_sender(width: int, height: int, fps: float) -> Iterator[str]:
-    """The bare aiortc server on a free port, in a thread of its own; yields its URL."""
-    _install_timed_encoder()
-    loop = asyncio.new_event_loop()
+def _bare_process(conn: Any, width: int, height: int, fps: float) -> None:
+    """The bare aiortc server, in a process of its own (as ours is): sends its port on `conn`,
+    serves until `conn` says "stop", then sends `BareSender.report()`."""
+    register_playout_delay()
+    bare = BareSender()
     app = web.Application()
-    app["frames"], app["fps"], app["pcs"], app["tasks"] = (
-        pattern_frames(width, height), fps, set(), set()
+    bitrate = StreamConfig().bitrate_for(Resolution(width, height), fps)
+    app["bare"], app["frames"], app["fps"], app["bitrate"] = (
+        bare, pattern_frames(width, height), fps, bitrate
     )  # fmt: skip
+    app["pcs"], app["tasks"], app["executors"] = set(), set(), []
     app.router.add_get("/", lambda _: web.Response(text=BARE_PAGE, content_type="text/html"))
     script = {"Content-Type": "text/javascript"}
     app.router.add_get(
         "/latency.js", lambda _: web.FileResponse(CLIENT_DIR / "latency.js", headers=script)
     )
     app.router.add_post("/offer", _bare_session)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
 
-    async def shutdown() -> None:
+    async def serve() -> None:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        conn.send(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        while await asyncio.get_running_loop().run_in_executor(None, conn.recv) != "stop":
+            pass
         for task in app["tasks"]:
             task.cancel()
         await asyncio.gather(*(pc.close() for pc in app["pcs"]), return_exceptions=True)
         await runner.cleanup()
 
+    asyncio.run(serve())
+    for executor in app["executors"]:
+        executor.shutdown(wait=True)
+    conn.send(bare.report())
+
+
+@contextlib.contextmanager
+def bare_sender(width: int, height: int, fps: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The bare aiortc server on a free port, in a process of its own; yields its URL and a
+    dict that holds its report (`BareSender.report()`) once the block is left."""
+    context = mp.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_bare_process, args=(theirs, width, height, fps))
+    process.start()
+    report: dict[str, Any] = {}
     try:
-        yield f"http://127.0.0.1:{port}"
+        if not ours.poll(120):
+            raise RuntimeError("the bare sender did not start within 120 s")
+        yield f"http://127.0.0.1:{ours.recv()}", report
+        ours.send("stop")
+        if not ours.poll(30):
+            raise RuntimeError("the bare sender did not stop within 30 s")
+        report.update(ours.recv())
     finally:
-        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        process.join(10)
+        if process.is_alive():
+            process.kill()
 
 
 # -- our pipeline ---------------------------------------------------------------------------------
@@ -288,30 +426,139 @@ def bare_sender(width: int, height: int, fps: float) -> Iterator[str]:
 
 @contextlib.contextmanager
 def our_server(width: int, height: int, fps: float, log_dir: Path) -> Iterator[str]:
-    """`render-server serve` with the CPU renderer and libx264, as a user runs it."""
+    """`render-server serve` with the CPU renderer and libx264, as a user runs it (the bitrate
+    and playout delay given explicitly, so that no environment variable sets others)."""
     size = f"{width}x{height}"
+    bitrate = StreamConfig().bitrate_for(Resolution(width, height), fps)
     with local_server(
         "--resolution", size, "--fps", str(fps), "--renderer", "cpu", "--encoder", "x264",
-        "--max-resolution", size, log_path=log_dir / f"serve-{size}.log",
+        "--max-resolution", size, "--playout-delay", PLAYOUT_DELAY, "--bitrate", str(bitrate),
+        log_path=log_dir / f"serve-{size}.log",
     ) as server:  # fmt: skip
         yield server.url
 
 
 # -- measuring ------------------------------------------------------------------------------------
 
+# Both pages keep a `LatencyMeter` at `window.renderStream.latencyMeter` and their peer
+# connection at `.pc`. At the drag's start the meter forgets its kept frames, keeps every frame
+# from then on (not only the last 600) and notes when each was displayed; the summary is then
+# taken over the frames displayed during the drag only.
+_DECODED_JS = """async (pc) => {
+  let n = 0;
+  (await pc.getStats()).forEach((s) => {
+    if (s.type === 'inbound-rtp' && s.kind === 'video') n += s.framesDecoded || 0;
+  });
+  return n;
+}"""
+OPEN_WINDOW_JS = f"""async () => {{
+  const rs = window.renderStream, m = rs.latencyMeter, decoded = {_DECODED_JS};
+  const breakdown = m._breakdown.bind(m);
+  m._breakdown = (shown, row, offset) =>
+    Object.assign(breakdown(shown, row, offset), {{ shownAt: shown.at }});
+  m._push = (frame) => {{ m.frames.push(frame); }};
+  const decoded0 = await decoded(rs.pc);
+  m.frames = [];
+  window.__window = {{ t0: performance.now(), shown0: m.displayed, decoded0 }};
+}}"""
+CLOSE_WINDOW_JS = f"""async () => {{
+  const rs = window.renderStream, w = window.__window, decoded = {_DECODED_JS};
+  w.t1 = performance.now();
+  w.shown1 = rs.latencyMeter.displayed;
+  w.decoded1 = await decoded(rs.pc);
+}}"""
+SUMMARY_JS = """() => {
+  const rs = window.renderStream, m = rs.latencyMeter, w = window.__window;
+  m.frames = m.frames.filter((f) => f.shownAt >= w.t0 && f.shownAt <= w.t1);
+  const summary = m.summary();
+  summary.window = { seconds: (w.t1 - w.t0) / 1000, shown: w.shown1 - w.shown0,
+    decoded: w.decoded1 - w.decoded0 };
+  summary.answerSdp = rs.pc && rs.pc.remoteDescription ? rs.pc.remoteDescription.sdp : null;
+  return summary;
+}"""
+
+
+def measure_in_chromium(url: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
+    """Open `url` in headless Chromium, drag for `seconds`, and return the page meter's summary
+    over the frames displayed during the drag, with the window's counts and the answer SDP."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise MeasureError("--client chromium needs Playwright: pip install playwright") from None
+    width, height = viewport
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=find_chromium(), headless=True, args=list(CHROMIUM_ARGS)
+        )
+        try:
+            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+            page.goto(url)
+            page.wait_for_selector(
+                "body[data-state='streaming']", state="attached", timeout=STREAMING_TIMEOUT_MS
+            )
+            page.wait_for_timeout(700)  # the first pings align the clocks
+            page.evaluate(OPEN_WINDOW_JS)
+            _drag(page, seconds, width, height)
+            page.evaluate(CLOSE_WINDOW_JS)
+            page.wait_for_timeout(600)  # the last timing records arrive
+            summary: dict[str, Any] = page.evaluate(SUMMARY_JS)
+        finally:
+            browser.close()
+    if not summary.get("frames"):
+        raise MeasureError(f"{url}: Chromium displayed no frame with a timing record")
+    return summary
+
+
+def _drag(page: Any, seconds: float, width: int, height: int) -> None:
+    """Hold the left button and sweep across the middle, back and forth."""
+    x, y, swing = width / 2, height / 2, width / 6
+    page.mouse.move(x, y)
+    page.mouse.down()
+    deadline = time.monotonic() + seconds
+    direction = 1
+    try:
+        while time.monotonic() < deadline:
+            page.mouse.move(x + swing * direction, y, steps=12)
+            direction = -direction
+    finally:
+        page.mouse.up()
+
+
+async def measure_in_python(url: str, seconds: float) -> dict[str, Any]:
+    """Our pipeline with the Python client; frames counted as they arrive during the drag."""
+    async with LatencyClient(url, decode="none") as client:
+        stats = client.assembler.stats
+
+        async def count() -> dict[str, float | None]:
+            frames0, t0 = stats.frames, time.monotonic()  # (the drag starts after a ping burst)
+            await asyncio.sleep(seconds)
+            elapsed = time.monotonic() - t0
+            return {"seconds": elapsed, "shown": stats.frames - frames0, "decoded": None}
+
+        window, report = await asyncio.gather(count(), client.measure(seconds))
+    report["window"] = window
+    return report
+
 
 def measure(url: str, client: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
     if client == "chromium":
-        return measure_in_chromium(url, seconds, viewport=viewport)
-    return asyncio.run(measure_latency(url, seconds, decode="none"))
+        return measure_in_chromium(url, seconds, viewport)
+    return asyncio.run(measure_in_python(url, seconds))
 
 
-def figures(report: dict[str, Any]) -> dict[str, float | None]:
+def figures(report: dict[str, Any]) -> dict[str, Any]:
     g2g = report.get("glassToGlass") or report.get("glass_to_glass") or {}
     i2p = report.get("inputToPhoton") or report.get("input_to_frame") or {}
     stages = {k: (v or {}).get("p50") for k, v in report["stages"].items()}
+    window = report["window"]
+    sdp = report.get("answerSdp")
     return {
-        "frames": report["frames"],
+        "frames": report["frames"],  # displayed in the window with a timing record
+        "shown": window["shown"],
+        "decoded": window["decoded"],
+        "window_s": window["seconds"],
+        "fps": window["shown"] / window["seconds"],
+        "playout_delay": None if sdp is None else PLAYOUT_DELAY_URI in sdp,
         "i2p_p50": i2p.get("p50"),
         "g2g_p50": g2g.get("p50"),
         "g2g_p95": g2g.get("p95"),
@@ -323,12 +570,40 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _count(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _yes(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "NO"
+
+
+def check_bare(report: dict[str, Any]) -> dict[str, Any]:
+    """What the bare sender really ran: its answers' extension, its encoder's x264 options."""
+    answers, x264 = report.get("answers") or [], report.get("x264")
+    if not answers or not all(PLAYOUT_DELAY_URI in sdp for sdp in answers):
+        raise RuntimeError("the bare sender's answer SDP lacks the playout-delay extension")
+    if x264 is None:
+        raise RuntimeError("the bare sender's stream carried no x264 SEI")
+    wrong = {k: x264.get(k) for k, v in X264_EXPECTED.items() if x264.get(k) != v}
+    if wrong:
+        raise RuntimeError(f"the bare sender's x264 is not ultrafast + zerolatency: {wrong}")
+    extmap = re.search(r"a=extmap:\d+ " + re.escape(PLAYOUT_DELAY_URI), answers[0])
+    return {
+        "extmap": extmap.group(0) if extmap else None,
+        "x264": {k: x264[k] for k in X264_SHOWN if k in x264},
+    }
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--sizes", default="1280x720@30,1920x1080@60")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=10.0, help="drag (window) per run")
+    parser.add_argument("--sizes", default="1280x720@30,1920x1080@60", help="WxH@fps,...")
     parser.add_argument("--client", choices=("chromium", "python"), default="chromium")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
     results = []
@@ -341,37 +616,58 @@ def main() -> int:
         with our_server(width, height, fps, log_dir) as url:
             ours = figures(measure(url, args.client, args.seconds, viewport))
         bare: dict[str, Any] = {k: None for k in ours}
+        checks: dict[str, Any] = {}
         if args.client == "chromium":  # the bare sender speaks no signaling protocol
-            with bare_sender(width, height, fps) as url:
+            with bare_sender(width, height, fps) as (url, report):
                 bare = figures(measure(url, args.client, args.seconds, viewport))
-        results.append({"size": size, "ours": ours, "bare": bare})
+            checks = check_bare(report)
+        results.append({"size": size, "ours": ours, "bare": bare, "bare_checks": checks})
         print(f"measured {size}", file=sys.stderr, flush=True)
 
     if args.json:
-        print(json.dumps({"client": args.client, "results": results}, indent=2))
+        print(json.dumps({"client": args.client, "seconds": args.seconds, "results": results},
+                         indent=2))  # fmt: skip
         return 0
     totals = ("i2p_p50", "g2g_p50")
     stage_names = [k for k in results[0]["ours"] if k.endswith("_p50") and k not in totals]
-    print(f"latency on loopback, {args.client} client, {args.seconds:g} s per run, "
-          f"{os.cpu_count()} CPUs; ms")  # fmt: skip
-    head = f"{'size':<15}{'sender':<8}{'frames':>7}{'i2p p50':>9}{'g2g p50':>9}{'g2g p95':>9}"
+    counted = "displayed" if args.client == "chromium" else "received"
+    print(f"latency on loopback, {args.client} client, {args.seconds:g} s drag per run, "
+          f"{os.cpu_count()} CPUs; frames {counted} during the drag, ms")  # fmt: skip
+    head = (f"{'size':<15}{'sender':<8}{'shown':>6}{'fps':>6}{'decoded':>8}{'timed':>6}"
+            f"{'i2p p50':>9}{'g2g p50':>9}{'g2g p95':>9}")  # fmt: skip
     head += "".join(f"{name[:-4][:8]:>9}" for name in stage_names)
     print(head)
     for result in results:
         for who in ("ours", "bare"):
             f = result[who]
-            frames = "-" if f["frames"] is None else str(f["frames"])
-            line = f"{result['size']:<15}{who:<8}{frames:>7}{_ms(f['i2p_p50']):>9}"
+            line = f"{result['size']:<15}{who:<8}{_count(f['shown']):>6}{_count(f['fps'], 1):>6}"
+            line += f"{_count(f['decoded']):>8}{_count(f['frames']):>6}{_ms(f['i2p_p50']):>9}"
             line += f"{_ms(f['g2g_p50']):>9}{_ms(f['g2g_p95']):>9}"
             line += "".join(f"{_ms(f[name]):>9}" for name in stage_names)
             print(line)
         ours, bare = result["ours"], result["bare"]
         if ours["g2g_p50"] and bare["g2g_p50"]:
-            print(f"{'':<15}glass-to-glass p50, ours / bare aiortc+libx264: "
-                  f"{ours['g2g_p50'] / bare['g2g_p50']:.2f}×")  # fmt: skip
-    print("bare = aiortc's own H.264 encoder (libx264, its settings, ≤ 3 Mbps) fed pre-made "
-          "frames: its 'render' is 0 and its 'encode' includes the wait for aiortc's encoder "
-          "thread.")  # fmt: skip
+            print(f"{'':<15}glass-to-glass p50, ours / bare: "
+                  f"{ours['g2g_p50'] / bare['g2g_p50']:.2f}× (ours {ours['shown']} frames at "
+                  f"{ours['fps']:.1f} fps, bare {bare['shown']} at {bare['fps']:.1f} fps, "
+                  f"{ours['window_s']:.1f} s and {bare['window_s']:.1f} s drags)")  # fmt: skip
+        if args.client == "chromium":
+            checks = result["bare_checks"]
+            print(f"{'':<15}playout-delay extension in the answer: ours "
+                  f"{_yes(ours['playout_delay'])}, bare {_yes(bare['playout_delay'])} "
+                  f"({checks['extmap']})")  # fmt: skip
+            x264 = " ".join(f"{k}={v}" for k, v in checks["x264"].items())
+            print(f"{'':<15}bare x264, from its SEI: {x264}")
+    if args.client == "chromium":
+        print("shown = frames Chromium displayed during the drag (requestVideoFrameCallback), "
+              "decoded = its framesDecoded over the same window, timed = the shown frames "
+              "matched with a timing record (the percentiles are over these). bare = aiortc "
+              "sending our libx264 settings' packets of a pre-made pattern encoded on its "
+              "session thread: its 'render' is 0.")  # fmt: skip
+    else:
+        print("shown = frames the Python client received in the drag's window; timed = the "
+              "frames of the whole measurement matched with a timing record (the percentiles "
+              "are over these).")  # fmt: skip
     return 0
 
 

@@ -1,23 +1,31 @@
 """Load-test figures on this machine, everything on loopback, each server started here.
 
     python benchmarks/loadtest.py [--hold 30] [--search-hold 10] [--skip a,b,c,d]
+        [--processes 2] [--max-4k 12] [--send-streams 8] [--send-hold 10]
 
 (a) `--encoder replay`, 20 streams of 1280x720 at 30 fps, 4 Mbps each: every stream ≥ 29 fps,
     no freeze?
 (b) `--encoder replay`, 4 streams of 3840x2160 at 60 fps, 25 Mbps each: fps held and the CPU
     used by the harness and by the server; then upward from 4 for the most such streams held,
     every one at ≥ 58 fps with no freeze and no failure.
-(c) Packets per second per CPU-second on the send path: the server's process against stock
-    aiortc in the same run. The baseline is a plain aiortc `MediaStreamTrack` returning the
-    same pre-encoded `av.Packet`s (the same clip, built by the same function), paced at the
-    same rate, one peer connection per stream, no signaling, received by the same kind of
-    observing aiortc peers. Our figure includes everything the server process does per stream
-    (signaling, data channel, timing records); the baseline's only the sending: a ratio below
-    1 is what that extra work costs.
+(c) RTP packets per CPU-second on the send path: the server's process (`--encoder replay`,
+    `--send-streams` sessions of 720p30 at 4 Mbps) against plain aiortc in the same run. The
+    baseline is a process of aiortc peer connections, one per stream, each with a
+    `MediaStreamTrack` returning the same pre-encoded `av.Packet`s (the same clip, built by
+    the same function), paced at the same rate, H.264 only, with the same playout-delay
+    extension negotiated and requested; it has no signaling. Both sides are counted the same
+    way, by the same code in this script: the same kind of observing aiortc receivers (no
+    decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
+    frames they got, and the sender process's CPU time (`cpu_time.process_cpu_seconds`) is
+    read at the start and the end of the same `--send-hold`-second window, which opens once
+    every stream is up plus a warm-up. Printed per side: packets, frames and fps, seconds, CPU
+    seconds, packets per CPU-second; then the ratio ours / plain. Our process also does
+    everything else a session costs (signaling, the `input` data channel the receivers open,
+    timing records): a ratio below 1 is what that extra work costs.
 (d) The real pipeline (CPU renderer, libx264, `--animate` so that every frame changes): the
     most 720p30 streams held, every one at ≥ 29 fps.
 
-Every harness run is `render-server loadtest ... --json`; the commands are printed with the
+(a), (b) and (d) are runs of `render-server loadtest ... --json`; the commands are printed with the
 table so that each figure can be reproduced.
 """
 
@@ -29,36 +37,37 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import resource
 import shlex
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
-from render_server.tools.loadtest.server import worker_counters  # noqa: E402
+from render_server.cpu_time import process_cpu_seconds  # noqa: E402
 from render_server.tools.local_server import local_server  # noqa: E402
 
 ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
+PLAYOUT_DELAY = "low"  # what `serve` asks for by default; the plain sender asks for the same
+SEND_WARMUP_S = 2.0  # (c): every stream up, then this long before the window opens
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """User + system CPU of process `pid`, all its threads."""
+    seconds = process_cpu_seconds(pid)
+    if seconds is None:
+        raise RuntimeError(f"no CPU time for process {pid} (no /proc, or it has exited)")
+    return seconds
 
 
 @contextlib.contextmanager
@@ -102,55 +111,120 @@ def describe(report: dict[str, Any], server_cpu: float) -> str:
     )
 
 
-class SteadySampler:
-    """Samples a server's CPU time and `worker_frames_encoded_total` twice a second, to take
-    the send path's cost over the steady part of a run (every stream up), not its setup."""
-
-    def __init__(self, url: str, pid: int) -> None:
-        self.url, self.pid = url, pid
-        self.samples: list[tuple[float, float, float]] = []  # (time, CPU s, frames)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            with urllib.request.urlopen(self.url + "/metrics", timeout=2) as response:
-                text = response.read().decode()
-            frames = worker_counters(text)["frames"]  # worker_frames_encoded_total
-            self.samples.append((time.monotonic(), cpu_seconds(self.pid), frames))
-
-    def stop(self, steady_fps: float) -> tuple[float, float]:
-        """(frames, CPU seconds) between the first and last sample pair that ran at ≥ 90%
-        of `steady_fps`."""
-        self._stop.set()
-        self._thread.join()
-        s = self.samples
-        steady = [
-            i for i in range(len(s) - 1)
-            if (s[i + 1][2] - s[i][2]) / (s[i + 1][0] - s[i][0]) >= 0.9 * steady_fps
-        ]  # fmt: skip
-        if not steady:
-            raise RuntimeError("the run never reached a steady frame rate")
-        first, last = steady[0], steady[-1] + 1
-        return s[last][2] - s[first][2], s[last][1] - s[first][1]
+# -- (c) the send path: ours against plain aiortc, counted the same way ---------------------------
 
 
-# -- (c) the stock aiortc sender ------------------------------------------------------------------
+@dataclass
+class SendWindow:
+    """What one sender delivered to the observing receivers over the measured window."""
+
+    packets: int  # RTP packets of the video the receivers got (RTX unwrapped and counted)
+    frames: int  # frames the receivers closed
+    seconds: float
+    cpu_s: float  # the sender process's CPU time over the same window
+    streams: int
+    playout_delay: int  # answers that carry the playout-delay extension
+
+    @property
+    def packets_per_cpu_s(self) -> float:
+        return self.packets / self.cpu_s if self.cpu_s else float("nan")
+
+    def describe(self) -> str:
+        return (
+            f"{self.packets:,} packets, {self.frames:,} frames ({self.frames / self.seconds:.1f} "
+            f"fps over {self.streams} streams), {self.seconds:.1f} s, {self.cpu_s:.2f} CPU-s "
+            f"-> {self.packets_per_cpu_s:,.0f} packets/CPU-s"
+        )
 
 
-def _stock_sender(
-    conn: Any, streams: int, size: str, fps: float, bitrate: int, hold: float
-) -> None:
-    """A process of plain aiortc senders: each answers an offer from `conn` and sends the clip."""
+def _observing_peer() -> tuple[Any, Any]:
+    """A recvonly aiortc peer whose packets a `FrameAssembler` counts (aiortc never decodes)."""
+    from aiortc import RTCPeerConnection
+
+    from render_server.tools.measure.frames import FrameAssembler
+    from render_server.transport.receiver_hook import observe_receiver
+
+    pc = RTCPeerConnection()
+    transceiver = pc.addTransceiver("video", direction="recvonly")
+    assembler = FrameAssembler(lambda frame, unit: None)
+    observe_receiver(transceiver.receiver, assembler.add)
+    return pc, assembler
+
+
+async def _count_window(
+    assemblers: list[Any], pid: int, hold: float
+) -> tuple[int, int, float, float]:
+    """Wait for a frame on every stream and the warm-up, then (packets, frames, seconds, CPU
+    seconds of `pid`) over `hold` seconds, all read at the same two instants."""
+    deadline = time.monotonic() + 60.0
+    while not all(a.stats.frames for a in assemblers):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a stream sent no frame within 60 s")
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(SEND_WARMUP_S)
+
+    def sample() -> tuple[int, int, float, float]:
+        packets = sum(a.stats.packets for a in assemblers)
+        frames = sum(a.stats.frames for a in assemblers)
+        return packets, frames, time.monotonic(), cpu_seconds(pid)
+
+    p0, f0, t0, c0 = sample()
+    await asyncio.sleep(hold)
+    p1, f1, t1, c1 = sample()
+    return p1 - p0, f1 - f0, t1 - t0, c1 - c0
+
+
+async def our_send_window(url: str, pid: int, streams: int, hold: float) -> SendWindow:
+    """`streams` sessions of the server at `url` (process `pid`), each opened through its
+    signaling as a browser does (video and the `input` data channel), counted over `hold`."""
+    from render_server.tools.signaling_client import SignalingClient
+    from render_server.transport.playout_delay import PLAYOUT_DELAY_URI, register_playout_delay
+
+    register_playout_delay()  # offered, as Chromium offers it
+    clients, pcs, assemblers = [], [], []
+    try:
+        for _ in range(streams):
+            client = SignalingClient(url)
+            clients.append(client)
+            await client.start()
+            pc, assembler = _observing_peer()
+            pcs.append(pc)
+            assemblers.append(assembler)
+            pc.createDataChannel("input")
+            await client.negotiate(pc)
+        packets, frames, seconds, cpu = await _count_window(assemblers, pid, hold)
+        with_extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
+    finally:
+        for client in clients:
+            await client.end()
+        for pc in pcs:
+            await pc.close()
+        for client in clients:
+            await client.close()
+    return SendWindow(packets, frames, seconds, cpu, streams, with_extension)
+
+
+def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
+    """A process of plain aiortc senders: one per offer from `conn`, each sending the clip,
+    until `conn` says "stop"."""
     import av
-    from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+    from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 
     from render_server.config import Resolution
     from render_server.encode.replay import RTP_TIME_BASE, replay_clip
-    from render_server.render.scene import default_scene
+    from render_server.render.builtin_scenes import default_scene
+    from render_server.transport.playout_delay import (
+        register_playout_delay,
+        request_playout_delay,
+    )
 
+    register_playout_delay()
     clip = replay_clip(default_scene(), Resolution.parse(size), fps, bitrate)
+    h264 = [
+        c
+        for c in RTCRtpSender.getCapabilities("video").codecs
+        if c.mimeType.lower() in ("video/h264", "video/rtx")
+    ]
 
     class ClipTrack(MediaStreamTrack):
         kind = "video"
@@ -172,76 +246,63 @@ def _stock_sender(
             return packet
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         pcs = []
-        for _ in range(streams):
+        conn.send("ready")  # the clip is built
+        while (offer := await loop.run_in_executor(None, conn.recv)) != "stop":
             pc = RTCPeerConnection()
             pcs.append(pc)
-            await pc.setRemoteDescription(RTCSessionDescription(sdp=conn.recv(), type="offer"))
-            pc.addTrack(ClipTrack())
+            transceiver = pc.addTransceiver(ClipTrack(), direction="sendonly")
+            transceiver.setCodecPreferences(h264)
+            request_playout_delay(transceiver.sender, PLAYOUT_DELAY)
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
             await pc.setLocalDescription(await pc.createAnswer())
             conn.send(pc.localDescription.sdp)
-        await asyncio.sleep(1.0)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu0 = usage.ru_utime + usage.ru_stime
-        await asyncio.sleep(hold)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        sent = 0
-        for pc in pcs:
-            for stats in (await pc.getSenders()[0].getStats()).values():
-                if stats.type == "outbound-rtp":
-                    sent += stats.packetsSent
-        conn.send((usage.ru_utime + usage.ru_stime - cpu0, sent))
         for pc in pcs:
             await pc.close()
 
     asyncio.run(main())
 
 
-async def _stock_receivers(conn: Any, streams: int, hold: float) -> tuple[int, float]:
-    """Observing aiortc receivers for the stock senders: offers out, answers in. Returns the
-    packets received in the measured window and its length."""
-    from aiortc import RTCPeerConnection, RTCSessionDescription
-
-    from render_server.tools.measure.frames import FrameAssembler, observe_receiver
-
-    assemblers = []
-    pcs = []
-    loop = asyncio.get_running_loop()
-    for _ in range(streams):
-        pc = RTCPeerConnection()
-        transceiver = pc.addTransceiver("video", direction="recvonly")
-        assembler = FrameAssembler(lambda frame, unit: None)
-        observe_receiver(transceiver.receiver, assembler)
-        assemblers.append(assembler)
-        pcs.append(pc)
-        await pc.setLocalDescription(await pc.createOffer())
-        conn.send(pc.localDescription.sdp)
-        answer = await loop.run_in_executor(None, conn.recv)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-    await asyncio.sleep(1.0)
-    start = sum(a.stats.packets for a in assemblers)
-    await asyncio.sleep(hold)
-    received = sum(a.stats.packets for a in assemblers) - start
-    result = await loop.run_in_executor(None, conn.recv)
-    for pc in pcs:
-        await pc.close()
-    return received, result
-
-
-def stock_send_rate(
+async def plain_send_window(
     streams: int, size: str, fps: float, bitrate: int, hold: float
-) -> dict[str, Any]:
-    ours, theirs = mp.get_context("spawn").Pipe()
-    sender = mp.get_context("spawn").Process(
-        target=_stock_sender, args=(theirs, streams, size, fps, bitrate, hold), daemon=True
-    )
+) -> SendWindow:
+    """The same receivers on a process of plain aiortc senders, counted over `hold`."""
+    from aiortc import RTCSessionDescription
+
+    from render_server.transport.playout_delay import PLAYOUT_DELAY_URI, register_playout_delay
+
+    register_playout_delay()
+    context = mp.get_context("spawn")
+    ours, theirs = context.Pipe()
+    sender = context.Process(target=_plain_sender, args=(theirs, size, fps, bitrate), daemon=True)
     sender.start()
+    assert sender.pid is not None
+    loop = asyncio.get_running_loop()
+    pcs, assemblers = [], []
     try:
-        received, (cpu, sent) = asyncio.run(_stock_receivers(ours, streams, hold))
+        if not await loop.run_in_executor(None, ours.poll, 300):
+            raise RuntimeError("the plain aiortc sender did not start")
+        ours.recv()  # "ready"
+        for _ in range(streams):
+            pc, assembler = _observing_peer()
+            pcs.append(pc)
+            assemblers.append(assembler)
+            await pc.setLocalDescription(await pc.createOffer())
+            ours.send(pc.localDescription.sdp)
+            answer = await loop.run_in_executor(None, ours.recv)
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        packets, frames, seconds, cpu = await _count_window(assemblers, sender.pid, hold)
+        with_extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
     finally:
-        sender.join(30)
-    return {"packets_sent": sent, "packets_received": received, "sender_cpu_s": cpu,
-            "hold_s": hold, "packets_per_cpu_s": sent / cpu if cpu else None}  # fmt: skip
+        with contextlib.suppress(OSError):
+            ours.send("stop")
+        for pc in pcs:
+            await pc.close()
+        await loop.run_in_executor(None, sender.join, 30)
+        if sender.is_alive():
+            sender.kill()
+    return SendWindow(packets, frames, seconds, cpu, streams, with_extension)
 
 
 # -- the runs -------------------------------------------------------------------------------------
@@ -254,6 +315,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=2, help="harness processes")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: a,b,c,d")
     parser.add_argument("--max-4k", type=int, default=12, help="where the (b) search stops")
+    parser.add_argument("--send-streams", type=int, default=8, help="streams of (c)")
+    parser.add_argument("--send-hold", type=float, default=10.0, help="window of (c), seconds")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     work = Path(tempfile.mkdtemp(prefix="loadtest-bench-"))
@@ -280,27 +343,19 @@ def main() -> int:
                 note("(a) 20 × 720p30 4 Mbps, replay", f"{verdict}: {describe(report, cpu)}",
                      f"python {serve_cmd}\n    {cmd}")  # fmt: skip
             if "c" not in skip:
-                streams, hold = 8, 10.0
-                sampler = SteadySampler(url, pid)
-                report, _, cmd = loadtest(
-                    url, pid, work / "c", "--streams", str(streams), "--resolution",
-                    "1280x720", "--fps", "30", "--duration", str(hold), "--ramp", "1",
-                    "--processes", p, "--decode-every", "0",
-                )  # fmt: skip
-                agg = report["aggregate"]
-                frames, ours_cpu = sampler.stop(streams * 30.0)
-                ours_packets = frames * agg["packets"] / max(1, agg["frames"])
-                ours = ours_packets / ours_cpu
-                stock = stock_send_rate(streams, "1280x720", 30.0, 4_000_000, hold)
-                theirs = stock["packets_per_cpu_s"]
+                streams, hold = args.send_streams, args.send_hold
+                ours = asyncio.run(our_send_window(url, pid, streams, hold))
+                plain = asyncio.run(plain_send_window(streams, "1280x720", 30.0, 4_000_000, hold))
+                ratio = ours.packets_per_cpu_s / plain.packets_per_cpu_s
+                extension = f"{ours.playout_delay}/{streams} and {plain.playout_delay}/{streams}"
                 note(
-                    f"(c) send path, {streams} × 720p30 4 Mbps",
-                    f"ours {ours:,.0f} packets/CPU-s ({ours_packets:.0f} packets, {ours_cpu:.1f} "
-                    f"CPU-s, steady hold); stock aiortc "
-                    f"{theirs:,.0f} packets/CPU-s ({stock['packets_sent']} packets, "
-                    f"{stock['sender_cpu_s']:.1f} CPU-s, hold only); ratio ours/stock "
-                    f"{ours / theirs:.2f}",
-                    f"python {serve_cmd}\n    {cmd}\n    (stock: this script, part c)",
+                    f"(c) send path, {streams} × 720p30 4 Mbps, packets the receivers got",
+                    f"ours         {ours.describe()}\n  plain aiortc {plain.describe()}\n"
+                    f"  ratio ours / plain aiortc, packets per CPU-second: {ratio:.2f} "
+                    f"(playout-delay extension in the answers: {extension})",
+                    f"python {serve_cmd}\n    receivers and plain aiortc sender: "
+                    f"python benchmarks/loadtest.py --skip a,b,d --send-streams {streams} "
+                    f"--send-hold {hold:g}",
                 )
 
     if "b" not in skip:

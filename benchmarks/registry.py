@@ -6,9 +6,10 @@
 `--sessions` browsers run at once, each `--rounds` times: request a slot (waiting in the queue
 when none is free), hold it for a moment, release it; a release that serves a waiting session
 hands it its claim. 50 workers of 10 slots give 500 slots to 1,000 sessions, so half of them
-wait and every release serves the queue. Figures: claims per second over the whole run, and the
-p50/p99 latency of one `request` call, one `release` call, and of the two. Then the same with
-one browser at a time: the latency of a call with nothing else going on.
+wait and every release serves the queue. Figures: the claims made and the seconds the run took
+(so claims per second over the whole run), and the p50/p99 (`tools.stats.percentile`) latency
+of one `request` call, one `release` call, and of the two. Then the same with one browser at a
+time: the latency of a call with nothing else going on.
 
 The Redis registry runs with one instance (in this process) and with two signaling replicas as
 two processes sharing the queue: a release in one replica may serve a session of the other,
@@ -22,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -34,15 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.asyncio as aioredis  # noqa: E402
 
+from render_server.protocol.requirements import Requirements  # noqa: E402
 from render_server.signaling.state.bus import Message, RedisBus  # noqa: E402
 from render_server.signaling.state.redis_registry import RedisRegistry  # noqa: E402
 from render_server.signaling.state.registry import (  # noqa: E402
     Claim,
     MemoryRegistry,
     Registry,
-    Requirements,
     WorkerInfo,
 )
+from render_server.tools.stats import percentile  # noqa: E402
 
 
 @dataclass
@@ -63,11 +64,6 @@ class Figures:
         self.request_ms += other.request_ms
         self.release_ms += other.release_ms
         self.pair_ms += other.pair_ms
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def register_workers(registry: Registry, workers: int, slots: int) -> None:
@@ -213,23 +209,27 @@ async def server_side(url: str) -> str:
 
 def line(name: str, f: Figures, base: Figures | None) -> str:
     def p(values: list[float]) -> str:
-        return f"p50 {statistics.median(values):7.3f} p99 {quantile(values, 0.99):8.3f}"
+        return f"p50 {percentile(values, 50):7.3f} p99 {percentile(values, 99):8.3f}"
 
     text = (
-        f"  {name:<20} {f.per_second:>9,.0f} claims/s   request {p(f.request_ms)} ms   "
-        f"release {p(f.release_ms)} ms   both {p(f.pair_ms)} ms"
+        f"  {name:<20} {f.claims:>6,} claims in {f.seconds:6.2f} s = {f.per_second:>9,.0f}/s   "
+        f"request {p(f.request_ms)} ms   release {p(f.release_ms)} ms   both {p(f.pair_ms)} ms"
     )
     if base is not None:
+        p50 = percentile(f.pair_ms, 50) / percentile(base.pair_ms, 50)
+        p99 = percentile(f.pair_ms, 99) / percentile(base.pair_ms, 99)
         text += (
             f"\n  {'':<20} Redis/memory: claims/s x{f.per_second / base.per_second:.3f}, "
-            f"latency p50 x{statistics.median(f.pair_ms) / statistics.median(base.pair_ms):.0f}, "
-            f"p99 x{quantile(f.pair_ms, 0.99) / quantile(base.pair_ms, 0.99):.0f}"
+            f"latency p50 x{p50:.0f}, p99 x{p99:.0f}"
         )
     return text
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0], epilog=(__doc__ or "").split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=50)
     parser.add_argument("--slots", type=int, default=10)
