@@ -24,6 +24,7 @@ from aiortc import (
 )
 
 from render_server.protocol.wire import PROTOCOL_VERSION
+from render_server.transport.playout_delay import register_playout_delay
 
 
 class SignalingError(RuntimeError):
@@ -102,7 +103,10 @@ class SignalingClient:
         self, on_message: Callable[[str | bytes], None], on_open: Callable[[], None]
     ) -> tuple[RTCPeerConnection, RTCRtpReceiver, RTCDataChannel]:
         """A peer connection as the page opens one, ready to `negotiate`: a recvonly video
-        transceiver, then the `input` data channel, whose messages go to `on_message`."""
+        transceiver, then the `input` data channel, whose messages go to `on_message`. Like
+        Chromium it offers the playout-delay extension, so the worker sends what it would send
+        a browser (the extension on every packet)."""
+        register_playout_delay()
         pc = self.peer_connection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
         channel = pc.createDataChannel("input")
