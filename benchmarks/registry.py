@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.asyncio as aioredis  # noqa: E402
 
 from render_server.protocol.requirements import Requirements  # noqa: E402
 from render_server.signaling.state.bus import Message, RedisBus  # noqa: E402
+from render_server.signaling.state.redis import connect_redis  # noqa: E402
 from render_server.signaling.state.redis_registry import RedisRegistry  # noqa: E402
 from render_server.signaling.state.registry import (  # noqa: E402
     Claim,
@@ -143,7 +143,7 @@ async def replica(
     browsers = Browsers(registry, index)
     browsers.bus = RedisBus(url, prefix)
     await browsers.bus.subscribe(f"replica-{index}", browsers.on_message)
-    ready = aioredis.Redis.from_url(url)
+    ready = await connect_redis(url, "the start barrier")
     await ready.incr(f"{prefix}:ready")
     while int(await ready.get(f"{prefix}:ready") or 0) < replicas:  # start together
         await asyncio.sleep(0.001)
@@ -194,7 +194,7 @@ def redis_for_the_run(url: str | None) -> Iterator[str]:
 
 async def server_side(url: str) -> str:
     """What Redis itself spent per script call (the rest is the client and the waiting)."""
-    client = aioredis.Redis.from_url(url)
+    client = await connect_redis(url, "Redis's own figures")
     try:
         stats = await client.info("commandstats")
         await client.config_resetstat()
