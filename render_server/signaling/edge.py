@@ -1,0 +1,70 @@
+"""What every HTTP request of a signaling replica meets first: the app's shared state, the
+caller's identity, the Origin and Host checks, and errors as JSON documents."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from render_server.signaling.audit import audit
+from render_server.signaling.auth import AuthError, Identity, Role, token_from_headers
+from render_server.signaling.context import SignalingContext
+from render_server.signaling.origin import origin_allowed
+from render_server.signaling.session import SessionTable
+
+MAX_REST_BODY = 4096
+
+CONTEXT_KEY = web.AppKey("signaling", SignalingContext)
+SESSIONS_KEY = web.AppKey("sessions", SessionTable)
+
+
+def ctx_of(request: web.Request) -> SignalingContext:
+    return request.app[CONTEXT_KEY]
+
+
+def sessions_of(request: web.Request) -> SessionTable:
+    return request.app[SESSIONS_KEY]
+
+
+def authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
+    """The caller's identity, or a refusal (401/403) that is logged and counted."""
+    ctx = ctx_of(request)
+    token = token_from_headers(request.headers)
+    try:
+        return ctx.auth.verify(token, allowed)
+    except AuthError as exc:
+        ctx.metrics.rejected.labels(exc.code).inc()
+        audit("audit.auth.rejected", path=request.path, peer=request.remote, code=exc.code,
+              reason=exc.message)  # fmt: skip
+        status = 401 if exc.code == "unauthorized" else 403
+        raise http_error(status, exc.code, exc.message) from None
+
+
+def http_error(status: int, code: str, message: str) -> web.HTTPException:
+    classes: dict[int, type[web.HTTPException]] = {
+        400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+        404: web.HTTPNotFound, 409: web.HTTPConflict, 413: web.HTTPRequestEntityTooLarge,
+        503: web.HTTPServiceUnavailable,
+    }  # fmt: skip
+    cls = classes[status]
+    kwargs: dict[str, Any] = {"max_size": MAX_REST_BODY, "actual_size": 0} if status == 413 else {}
+    return cls(
+        text=json.dumps({"code": code, "message": message}),
+        content_type="application/json",
+        **kwargs,
+    )
+
+
+def check_origin(request: web.Request) -> None:
+    ctx = ctx_of(request)
+    config = ctx.config
+    ok, reason = origin_allowed(
+        request.headers.get("Origin"), request.headers.get("Host"), config.host,
+        config.allowed_origins,
+    )  # fmt: skip
+    if not ok:
+        ctx.metrics.rejected.labels("origin").inc()
+        audit("audit.origin.refused", reason=reason, peer=request.remote)
+        raise http_error(403, "origin", reason)
