@@ -68,3 +68,8 @@ def check_origin(request: web.Request) -> None:
         ctx.metrics.rejected.labels("origin").inc()
         audit("audit.origin.refused", reason=reason, peer=request.remote)
         raise http_error(403, "origin", reason)
+
+
+def client_address(request: web.Request) -> str:
+    """The address a request came from, for per-address limits and the audit log."""
+    return request.remote or "unknown"
