@@ -16,6 +16,7 @@ from render_server.config import (
     NVENC_PRESETS,
     PLAYOUT_DELAYS,
     RENDERERS,
+    ConfigError,
     Resolution,
     ServerConfig,
     StreamConfig,
@@ -180,10 +181,29 @@ def auth_options(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
         )  # fmt: skip
     g.add_argument(
         "--secret", default=env_value("secret"),
-        help="HS256 key of the tokens (≥ 32 bytes); prefer RENDER_SERVER_SECRET",
+        help="HS256 key of the tokens (≥ 32 bytes); a flag shows in `ps`: prefer "
+        "--secret-file or RENDER_SERVER_SECRET",
     )  # fmt: skip
+    g.add_argument("--secret-file", type=Path, default=env_value("secret_file"),
+                   help="a file holding --secret (kept out of `ps` and shell history)")  # fmt: skip
     g.add_argument("--key-file", type=Path, default=env_value("key_file"),
                    help='a key set {"keys": {kid: secret}} for rotation')  # fmt: skip
+
+
+def read_secret(value: str | None, path: Path | None, flag: str) -> str | None:
+    """A secret given inline or in a file, never both: a file keeps it out of `ps`, where any
+    user of the machine can read a process's arguments."""
+    if path is None:
+        return value
+    if value:
+        raise ConfigError(f"give {flag} or {flag}-file, not both")
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {flag}-file {path}: {exc}") from None
+    if not text:
+        raise ConfigError(f"{flag}-file {path} is empty")
+    return text
 
 
 def log_options(p: argparse.ArgumentParser) -> None:
@@ -228,7 +248,7 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
         embedded_worker=embedded_worker,
         registry_url=args.registry,
         auth=args.auth,
-        secret=args.secret,
+        secret=read_secret(args.secret, args.secret_file, "--secret"),
         key_file=args.key_file,
         turn_urls=tuple(args.turn_url),
         turn_secret=args.turn_secret,
@@ -242,8 +262,8 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         signaling_url=args.signaling,
-        token=args.token,
-        secret=args.secret,
+        token=read_secret(args.token, args.token_file, "--token"),
+        secret=read_secret(args.secret, args.secret_file, "--secret"),
         key_file=args.key_file,
         worker_id=args.worker_id,
         slots=args.slots,

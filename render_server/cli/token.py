@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from render_server.cli.options import SubParsers, auth_options
+from render_server.cli.options import SubParsers, auth_options, read_secret
 from render_server.signaling.auth import ROLES, Authenticator, load_keys
 
 DEFAULT_TTL_S = 3600.0
@@ -28,7 +28,8 @@ def add_token(sub: SubParsers) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        auth = Authenticator(load_keys(args.secret, args.key_file))
+        secret = read_secret(args.secret, args.secret_file, "--secret")
+        auth = Authenticator(load_keys(secret, args.key_file))
         print(auth.mint(args.role, args.subject, args.ttl, args.kid))
     except (ValueError, KeyError) as exc:
         print(f"render-server: {exc}", file=sys.stderr)

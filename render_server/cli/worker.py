@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from render_server import logs
 from render_server.cli.options import (
@@ -30,8 +31,13 @@ def add_worker(sub: SubParsers) -> None:
         "--signaling", default=env("signaling", WORKER.signaling_url), metavar="URL",
         help="the signaling server's worker socket (%(default)s)",
     )  # fmt: skip
-    p.add_argument("--token", default=env_value("token"),
-                   help="a worker token (else one is minted from --secret/--key-file)")  # fmt: skip
+    p.add_argument(
+        "--token", default=env_value("token"),
+        help="a worker token (else one is minted from --secret/--key-file); a flag shows in "
+        "`ps`: prefer --token-file or RENDER_SERVER_TOKEN",
+    )  # fmt: skip
+    p.add_argument("--token-file", type=Path, default=env_value("token_file"),
+                   help="a file holding the worker token")  # fmt: skip
     p.add_argument("--worker-id", default=env("worker_id", WORKER.worker_id),
                    help="default: host and pid")  # fmt: skip
     p.add_argument(
