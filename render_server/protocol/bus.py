@@ -19,8 +19,10 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.wire import (
     PROTOCOL_VERSION,
+    RELAYED_MESSAGE_BYTES,
     Document,
     WireMessage,
     int_field,
@@ -38,6 +40,9 @@ from render_server.protocol.worker import (
 )
 
 MAX_WORKER_ID_CHARS: Final = 256  # `serve`'s own worker is named after the host: no NAME check
+# The largest bus message relays a socket's message (an offer, an answer) re-encoded; they nest
+# 4 levels at most (session.open's ICE servers' URLs).
+BUS_JSON: Final = JsonLimits(RELAYED_MESSAGE_BYTES, max_depth=8, max_items=4096)
 
 
 class Assigned(WireMessage, type="assigned"):
@@ -101,6 +106,15 @@ def _checked(doc: Any) -> Document:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION, f"bus message of protocol version {version!r}"
         )
+    return doc
+
+
+def decode_bus_message(data: str | bytes) -> dict[str, Any]:
+    """The JSON object a bus message travels as, off the wire (its type is checked later, by the
+    parser of its channel), or ProtocolError."""
+    doc = read_json(data, BUS_JSON)
+    if not isinstance(doc, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a bus message must be a JSON object")
     return doc
 
 

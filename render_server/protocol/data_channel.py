@@ -8,15 +8,19 @@ commands (whose arguments `scene_commands` validates). docs/data-channel.md is t
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from render_server.protocol.errors import CodedError
+from render_server.protocol.errors import CodedError, ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
 
 MAX_INPUT_BYTES: Final = 2048
+# The deepest message is 3 levels (a command's `args` holding `target: [x, y, z]`), the widest
+# about 50 elements (a gamepad's 8 axes and 32 buttons; 10 touches of 3 fields): one level and
+# some 2.5x to spare. 2 KiB of `[[[...` or `[0,0,...` is refused before anything is parsed.
+INPUT_JSON: Final = JsonLimits(MAX_INPUT_BYTES, max_depth=4, max_items=128)
 MAX_TOUCHES: Final = 10
 MAX_COORD: Final = 100.0  # a pointer far outside any sane element
 MAX_DELTA: Final = 10.0
@@ -300,12 +304,10 @@ def parse_input(data: str | bytes) -> InputEvent:
 def parse_message(data: str | bytes) -> tuple[InputEvent, int | None]:
     """The typed event and its `seq` (the page's input counter, None where absent): each frame's
     timing record names the newest input it shows, for input-to-photon figures."""
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError("too_large", f"input message over {MAX_INPUT_BYTES} bytes")
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise InputError("bad_json", "input message is not valid JSON") from None
+        doc = read_json(data, INPUT_JSON)  # `too_large` over 2 KiB of UTF-8, else `bad_json`
+    except ProtocolError as exc:
+        raise InputError(exc.code, f"input {exc.message}") from None
     if not isinstance(doc, dict):
         raise InputError("bad_input", "input message must be a JSON object")
     kind = doc.get("type")

@@ -15,12 +15,22 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Final, TypeVar, dataclass_transform
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
 
 T = TypeVar("T")
 
 PROTOCOL_VERSION: Final = 1
 SUBPROTOCOL: Final = "render-server.v1"  # the WebSocket subprotocol of both sockets
 MAX_MESSAGE_BYTES: Final = 64 * 1024  # an SDP offer with many candidates is a few KiB
+# What a server passes on re-encoded (an offer on the bus, to the worker): `json.dumps` writes a
+# 2-byte UTF-8 character as a 6-byte escape, so a message that came in at the limit may leave 3x
+# as large.
+RELAYED_MESSAGE_BYTES: Final = 4 * MAX_MESSAGE_BYTES
+# Our messages nest 4 levels at most (session.open's iceServers' urls); a worker's free-form
+# `capabilities` and `load` may nest more, and 32 is still far from json's recursion (~1000).
+# A 60 KiB SDP is one string: 4096 elements leave room for any capabilities of 8 KiB.
+SOCKET_JSON: Final = JsonLimits(MAX_MESSAGE_BYTES, max_depth=32, max_items=4096)
+RELAYED_JSON: Final = JsonLimits(RELAYED_MESSAGE_BYTES, max_depth=32, max_items=4096)
 MAX_LABELS: Final = 16
 SESSION_ID: Final = re.compile(r"[0-9a-f]{32}")
 NAME: Final = re.compile(r"[0-9A-Za-z._:/-]{1,64}")
@@ -48,17 +58,14 @@ class WireMessage:
 # -- reading --------------------------------------------------------------------------------------
 
 
-def decode_document(data: str | bytes) -> dict[str, Any]:
-    """Size, JSON, object and version checks of a message off a socket."""
-    size = len(data.encode() if isinstance(data, str) else data)
-    if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(
-            ErrorCode.TOO_LARGE, f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES}"
-        )
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(ErrorCode.BAD_JSON, f"message is not valid JSON: {exc}") from None
+def decode_document(data: str | bytes, limits: JsonLimits = SOCKET_JSON) -> dict[str, Any]:
+    """Size, JSON, object and version checks of a message off a socket (`too_large`,
+    `bad_json`, `bad_message`, `unsupported_version`)."""
+    return check_document(read_json(data, limits))
+
+
+def check_document(doc: Any) -> dict[str, Any]:
+    """The object and version checks of a JSON value read off a socket."""
     if not isinstance(doc, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "message must be a JSON object")
     version = doc.get("v")

@@ -15,14 +15,17 @@ from typing import Any, Final, Protocol
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.signaling import IceCandidate, IceServer, parse_ice, parse_sdp
 from render_server.protocol.wire import (
+    RELAYED_JSON,
     Document,
     WireMessage,
+    decode_document,
     int_field,
     json_object_field,
     labels_field,
     name_field,
     optional_name,
     optional_text,
+    parse_document,
     parse_with,
     reason_field,
     session_id_field,
@@ -199,14 +202,15 @@ SESSION_REQUESTS: Final[dict[str, Callable[[Document], SessionRequest]]] = {
     CloseSession.type: lambda doc: CloseSession(session_id_field(doc), reason_field(doc)),
 }
 
-_TO_WORKER: dict[str, Callable[[Document], ToWorker]] = {
+TO_WORKER: Final[dict[str, Callable[[Document], ToWorker]]] = {
     **SESSION_REQUESTS,
     Registered.type: lambda doc: Registered(name_field(doc, "workerId")),
 }
 
 
 def parse_to_worker(data: str | bytes) -> ToWorker:
-    return parse_with(data, _TO_WORKER)
+    """A message from signaling, which may relay an offer re-encoded (hence RELAYED_JSON)."""
+    return parse_document(decode_document(data, RELAYED_JSON), TO_WORKER)
 
 
 # -- a worker inside a signaling replica --------------------------------------------------------

@@ -3,7 +3,9 @@
 Input events steer the camera (a controller's only); anyone may ping (the page's clock), ask for
 a keyframe, set its own stream's quality and send read-only scene commands; the other commands
 are a controller's (docs/data-channel.md). Every message counts against a rate limit; whatever
-is refused changes nothing, is answered with an error and counted in /metrics.
+is refused changes nothing, is answered with an error and counted in /metrics. Nothing raises
+into aiortc, which calls these handlers: a failure of ours is answered `internal`, logged once
+per session, and the stream goes on (`transport/guard.py`).
 
 The channel belongs to one peer connection, this object to the session: quality, rate limit and
 input sequence carry over to the next peer (a reload).
@@ -11,6 +13,7 @@ input sequence carry over to the next peer (a reload).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -39,6 +42,7 @@ from render_server.stream.controls import CameraController
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands, error_reply
+from render_server.transport.guard import HandlerGuard
 
 INPUT_CHANNEL = "input"  # the label of the one data channel a session accepts
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
@@ -86,6 +90,13 @@ class InputChannel:
         self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
         self._rate_noticed_at = 0.0
         self._format_errors_seen = 0
+        self.guard = HandlerGuard(log)  # for every handler the session hangs on aiortc
+
+    def set_role(self, role: str) -> None:
+        """Judge input by `role` from now on; a new controller's idle time starts now."""
+        if role == "controller" and self.role != "controller":
+            self.last_input = time.monotonic()
+        self.role = role
 
     # -- the channel ------------------------------------------------------------------------
 
@@ -102,7 +113,7 @@ class InputChannel:
         if channel.readyState == "open":
             self.announce_quality()
         else:
-            channel.once("open", self.announce_quality)
+            channel.once("open", self.guard.sync("datachannel.open", self.announce_quality))
 
     def detach(self) -> None:
         """The peer is gone; its channel with it."""
@@ -144,6 +155,16 @@ class InputChannel:
     # -- messages ---------------------------------------------------------------------------
 
     def on_message(self, message: str | bytes) -> None:
+        """One message from the page; never raises (aiortc would end the peer's transport)."""
+        try:
+            self._on_message(message)
+        except Exception:
+            self.metrics.input_rejected.labels("internal").inc()
+            self.guard.failed("datachannel.message")
+            with contextlib.suppress(Exception):  # the channel may be what failed
+                self._send_error("internal", "the worker failed on this message")
+
+    def _on_message(self, message: str | bytes) -> None:
         now = time.monotonic()
         if not self._bucket.take(now):
             self.metrics.input_rejected.labels("rate_limited").inc()

@@ -23,6 +23,8 @@ from aiortc import (
     RTCSessionDescription,
 )
 
+from render_server.protocol.errors import ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.wire import PROTOCOL_VERSION
 from render_server.transport.playout_delay import register_playout_delay
 
@@ -48,11 +50,18 @@ def signaling_url(url: str) -> str:
     raise ValueError(f"{url!r} is not an http(s):// or ws(s):// URL")
 
 
+# What a client takes from a server: the largest message is a relayed SDP answer (signaling) or a
+# big scene's `listScene` (the data channel, 64 KiB at most by aiortc's SCTP); bounded all the
+# same, so that a hostile server cannot exhaust a client.
+FROM_SERVER_JSON = JsonLimits(max_bytes=1 << 20, max_depth=32, max_items=1 << 16)
+
+
 def json_object(data: str | bytes) -> dict[str, Any] | None:
-    """`data` parsed as JSON where it is a JSON object; None for anything else."""
+    """`data` parsed as JSON where it is a JSON object within FROM_SERVER_JSON; None for
+    anything else."""
     try:
-        message = json.loads(data)
-    except ValueError:
+        message = read_json(data, FROM_SERVER_JSON)
+    except ProtocolError:
         return None
     return message if isinstance(message, dict) else None
 
@@ -77,8 +86,11 @@ class SignalingClient:
         self.ended: asyncio.Future[str] | None = None  # the reason of `session.ended`
         self.closed = asyncio.Event()  # the socket is gone
 
-    async def start(self, timeout: float | None = 15.0) -> dict[str, Any]:
-        """Open the socket and start a session; the `session.started` message.
+    async def start(
+        self, timeout: float | None = 15.0, resume: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Open the socket and start a session, or with `resume` (session id, resume token)
+        take one over as a reloaded page does; the `session.started` message.
 
         aiohttp's errors (a refused upgrade, an unreachable server) pass through;
         SignalingError when the server says no."""
@@ -90,7 +102,13 @@ class SignalingClient:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._ws = await self._http.ws_connect(self.url, headers=headers)
         self._reader = asyncio.create_task(self._read())
-        await self.send({"type": "session.start"})
+        if resume is None:
+            await self.send({"type": "session.start"})
+        else:
+            session_id, resume_token = resume
+            await self.send(
+                {"type": "session.resume", "sessionId": session_id, "resumeToken": resume_token}
+            )
         self.info = await asyncio.wait_for(asyncio.shield(self._started), timeout)
         return self.info
 

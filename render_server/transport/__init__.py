@@ -14,6 +14,8 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
   `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX
   map.
+- `guard.guard_data_channels`: wraps `RTCSctpTransport._data_channel_receive` (a text message
+  that is not UTF-8, a malformed DCEP message must not end the transport).
 - `video_sender`: puts them together on a session's peer connection (no patch of its own).
 
 Another aiortc may rename any of these: `check_aiortc_version` says so in the log, once.

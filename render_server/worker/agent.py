@@ -5,14 +5,21 @@ sessions do not survive a lost signaling connection (the server re-places them m
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 import aiohttp
 
 from render_server.protocol.errors import ProtocolError
-from render_server.protocol.wire import SUBPROTOCOL, encode_message
-from render_server.protocol.worker import FromWorker, Registered, parse_to_worker
+from render_server.protocol.json_reader import read_json
+from render_server.protocol.wire import (
+    RELAYED_JSON,
+    RELAYED_MESSAGE_BYTES,
+    SUBPROTOCOL,
+    check_document,
+    encode_message,
+    parse_document,
+)
+from render_server.protocol.worker import TO_WORKER, FromWorker, Registered
 from render_server.worker.local import LocalWorker
 from render_server.worker.service import WorkerService
 
@@ -67,7 +74,7 @@ class WorkerAgent:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         async with http.ws_connect(
             self.url, headers=headers, protocols=(SUBPROTOCOL,), heartbeat=20.0,
-            max_msg_size=256 * 1024,
+            max_msg_size=RELAYED_MESSAGE_BYTES,
         ) as ws:  # fmt: skip
             self._ws = ws
             await ws.send_str(encode_message(self.service.registration()))
@@ -76,7 +83,10 @@ class WorkerAgent:
                 async for msg in ws:
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         break
-                    self._dispatch(msg.data)
+                    try:
+                        self._dispatch(msg.data)
+                    except Exception:  # a bug of ours: that message is lost, not the worker
+                        log.exception("worker.dispatch_failed")
             finally:
                 beat.cancel()
                 await self.service.drain()
@@ -86,16 +96,13 @@ class WorkerAgent:
 
     def _dispatch(self, data: str) -> None:
         try:
-            message = parse_to_worker(data)
-        except ProtocolError as exc:
-            try:
-                doc = json.loads(data)
-            except ValueError:  # not JSON at all: bad_message below says so
-                doc = None
+            doc = read_json(data, RELAYED_JSON)
             if isinstance(doc, dict) and doc.get("type") == "error":  # refused: say why
-                log.error("worker.refused", extra={"reason": doc.get("message")})
-            else:
-                log.warning("worker.bad_message", extra={"code": exc.code, "detail": exc.message})
+                log.error("worker.refused", extra={"reason": str(doc.get("message"))[:500]})
+                return
+            message = parse_document(check_document(doc), TO_WORKER)
+        except ProtocolError as exc:
+            log.warning("worker.bad_message", extra={"code": exc.code, "detail": exc.message})
             return
         if isinstance(message, Registered):
             self.registered.set()

@@ -22,6 +22,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import RedisError
 
+from render_server.protocol.bus import decode_bus_message
+from render_server.protocol.errors import ProtocolError
 from render_server.signaling.state.redis import connect_redis, redact, redis_client
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,19 @@ class Bus(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def _decode(channel: str, data: str | bytes) -> Message | None:
+    """A message off the wire as its JSON object; None (logged) for anything else: too large,
+    too deep, not JSON, not UTF-8, not an object."""
+    try:
+        return decode_bus_message(data)
+    except ProtocolError as exc:
+        log.warning(
+            "bus.bad_message",
+            extra={"channel": channel, "code": exc.code, "detail": exc.message[:200]},
+        )
+        return None
 
 
 class _Delivery:
@@ -136,7 +151,10 @@ class MemoryBus:
         text = json.dumps(message)  # what Redis would carry: refuses what is not JSON-able
         for bus in list(self.hub.buses):
             if channel in bus._deliveries:
-                bus._deliveries.deliver(channel, json.loads(text))
+                # each bus decodes its own copy, with the limits a Redis subscriber applies
+                copy = _decode(channel, text)
+                if copy is not None:
+                    bus._deliveries.deliver(channel, copy)
 
     async def subscribe(self, channel: str, handler: Handler) -> None:
         self._deliveries.set(channel, handler)
@@ -175,8 +193,10 @@ class RedisBus:
         self.backoff_s = backoff_s
         self._publisher = publisher if publisher is not None else redis_client(url)
         # the subscriber's connections (one at a time); protocol 2: messages and PING replies
-        # come as plain arrays on a subscribed connection
-        self._pool = ConnectionPool.from_url(url, decode_responses=True, protocol=2)
+        # come as plain arrays on a subscribed connection. Raw bytes: a payload is decoded by
+        # the JSON reader, which refuses invalid UTF-8 as one bad message, where redis-py's
+        # decoding would raise in the reader task and drop the connection.
+        self._pool = ConnectionPool.from_url(url, decode_responses=False, protocol=2)
         self._deliveries = _Deliveries()
         self._wanted: set[str] = set()  # Redis channel names
         self._waiters: dict[str, asyncio.Future[None]] = {}  # PING token -> subscribe() waiting
@@ -312,16 +332,16 @@ class RedisBus:
             self._on_reply(reply)
 
     def _on_reply(self, reply: Any) -> None:
-        if isinstance(reply, str):  # PING's answer when no channel is subscribed
-            self._answered(reply)
+        if isinstance(reply, bytes):  # PING's answer when no channel is subscribed
+            self._answered(_text(reply))
             return
         if not isinstance(reply, list) or not reply:
             return
         kind = reply[0]
-        if kind == "message" and len(reply) == 3:
-            self._dispatch(reply[1], reply[2])
-        elif kind == "pong" and len(reply) == 2:
-            self._answered(reply[1])
+        if kind == b"message" and len(reply) == 3:
+            self._dispatch(_text(reply[1]), reply[2])
+        elif kind == b"pong" and len(reply) == 2:
+            self._answered(_text(reply[1]))
 
     def _answered(self, token: str) -> None:
         for t in [token, *self._batches.pop(token, ())]:
@@ -329,17 +349,16 @@ class RedisBus:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
-    def _dispatch(self, name: str, data: str) -> None:
+    def _dispatch(self, name: str, data: bytes) -> None:
         channel = name[len(self.prefix) + 1 :]
-        try:
-            message = json.loads(data)
-        except ValueError:
-            log.warning("bus.bad_message", extra={"channel": channel, "data": data[:200]})
-            return
-        if isinstance(message, dict):
+        message = _decode(channel, data)
+        if message is not None:
             self._deliveries.deliver(channel, message)
-        else:
-            log.warning("bus.bad_message", extra={"channel": channel, "data": data[:200]})
+
+
+def _text(value: Any) -> str:
+    """A channel name or PING token off the subscriber connection (ours: ASCII)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 async def connect_bus(url: str | None) -> Bus:

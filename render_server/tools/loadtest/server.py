@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import math
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from render_server.protocol.errors import ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
+
+# `GET /api/workers`: each worker's capabilities are at most 8 KiB; a fleet of a few hundred
+# workers fits with room to spare, and a server that answers gigabytes does not exhaust the harness
+WORKERS_JSON = JsonLimits(max_bytes=16 << 20, max_depth=32, max_items=1 << 20)
 
 WORKER_COUNTERS = {
     "frames": "worker_frames_encoded_total",
@@ -47,8 +53,8 @@ class ServerApi:
     def workers(self) -> list[dict[str, Any]]:
         """`GET /api/workers`: the registered workers with their capabilities."""
         try:
-            doc = json.loads(self._get("/api/workers"))
-        except ValueError:
+            doc = read_json(self._get("/api/workers"), WORKERS_JSON)
+        except ProtocolError:
             raise ServerUnreachable(f"{self.url}/api/workers is not a render server's") from None
         workers = doc.get("workers") if isinstance(doc, dict) else None
         if not isinstance(workers, list):
