@@ -22,15 +22,23 @@ EMBED_ORIGINS_PLACEHOLDER = "{{allowed_origins}}"
 async def security_headers(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    response = await handler(request)
-    if request.path.startswith("/client/"):
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # a refusal is a response too: same headers
+        _add_headers(request, exc)
+        raise
+    _add_headers(request, response)
+    return response
+
+
+def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    if request.path.startswith("/client/") and response.status < 400:
         # the SDK is public code: any site may load it as a module (which is a CORS fetch);
         # who may then open a stream is the signaling socket's business (Origin, token)
         response.headers.setdefault("Access-Control-Allow-Origin", "*")
         response.headers.setdefault("Cross-Origin-Resource-Policy", "cross-origin")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "no-referrer")
-    return response
 
 
 async def index(request: web.Request) -> web.StreamResponse:
