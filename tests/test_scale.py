@@ -35,11 +35,17 @@ class Cluster:
     workers: dict[str, Process]
 
 
+# 50 browsers on one loopback address, holding sessions without media: placement is what these
+# tests watch, so neither the per-address cap nor the offer deadline applies
+PLACEMENT_ONLY = ("--max-sessions-per-address", "0", "--offer-timeout", "300")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with redis_server() as url:
-        r1 = start_signaling("replica-1", url, tmp_path, "--resume-grace", str(GRACE_S))
-        r2 = start_signaling("replica-2", url, tmp_path, "--resume-grace", str(GRACE_S))
+        options = ("--resume-grace", str(GRACE_S), *PLACEMENT_ONLY)
+        r1 = start_signaling("replica-1", url, tmp_path, *options)
+        r2 = start_signaling("replica-2", url, tmp_path, *options)
         with stopping(r1, r2):
             ws = {
                 "worker-a": start_worker("worker-a", r1, tmp_path, SLOTS),

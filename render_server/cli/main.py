@@ -22,7 +22,7 @@ Stream a rendered 3D scene to the browser over WebRTC.
   serve      one process: signaling, the web client and an embedded worker
   signaling  a signaling replica (no worker); several share a Redis registry
   worker     a worker process that registers with a signaling server
-  token      mint an access token (JWT) for a worker, controller or viewer
+  token      mint an access token (JWT) for a worker, controller, viewer or admin
   doctor     what this machine offers (CUDA, NVENC, libx264) and what auto picks
   bench      per-frame cost of each renderer/encoder pair
   latency    measure a running server's latency, stage by stage

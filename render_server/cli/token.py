@@ -1,4 +1,4 @@
-"""`render-server token`: mint an access token (JWT) for a worker, controller or viewer."""
+"""`render-server token`: mint an access token (JWT) for a worker, controller, viewer or admin."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ DEFAULT_TTL_S = 3600.0
 def add_token(sub: SubParsers) -> None:
     p = sub.add_parser(
         "token",
-        help="mint an access token (JWT) for a worker, controller or viewer",
+        help="mint an access token (JWT) for a worker, controller, viewer or admin",
         description="Print a signed token. Browsers pass it to the SDK (`token`), which sends it "
         "as the WebSocket subprotocol bearer.<token>; programs send Authorization: Bearer.",
     )

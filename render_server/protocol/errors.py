@@ -20,7 +20,10 @@ class ErrorCode:
     TOO_LARGE = "too_large"
     BAD_ORDER = "bad_order"
     RATE_LIMITED = "rate_limited"
-    NO_CAPACITY = "no_capacity"
+    NO_CAPACITY = "no_capacity"  # no registered worker can ever meet the requirements
+    # (or, from a worker, it has no free slot)
+    TOO_MANY_SESSIONS = "too_many_sessions"  # the token's subject or the address is at its cap
+    OFFER_TIMEOUT = "offer_timeout"  # the browser sent no offer in time: the slot is freed
     BAD_OFFER = "bad_offer"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"

@@ -12,6 +12,10 @@ from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.wire import Document, labels_field, optional_name
 
 RESOLUTION: Final = re.compile(r"\d{2,5}x\d{2,5}")
+# The largest frame the protocol knows: H.264 level 6.2's (config.py's stream limits too). A
+# requirement above it can never be met by any worker, now or later: refused as malformed.
+MAX_WIDTH: Final = 7680
+MAX_HEIGHT: Final = 4320
 
 
 class WorkerFacts(Protocol):
@@ -83,6 +87,12 @@ def parse_requirements(raw: Any) -> Requirements:
             isinstance(resolution, str) and RESOLUTION.fullmatch(resolution)
         ):
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "`resolution` must be WxH")
+        if resolution is not None:
+            width, height = (int(side) for side in resolution.split("x"))
+            if width > MAX_WIDTH or height > MAX_HEIGHT:
+                raise ProtocolError(
+                    ErrorCode.BAD_MESSAGE, f"`resolution` is over {MAX_WIDTH}x{MAX_HEIGHT}"
+                )
         return Requirements(
             labels=frozenset(labels_field(raw, "labels")),
             region=optional_name(raw, "region"),

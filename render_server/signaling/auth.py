@@ -1,8 +1,13 @@
-"""Who is connecting: JWT (HS256) tokens with one of three roles, checked at the upgrade.
+"""Who is connecting: JWT (HS256) tokens with one of four roles, checked at the upgrade.
 
 - `worker`: registers a worker and carries its sessions' media negotiation;
 - `controller`: a browser that watches and steers (input reaches the worker);
-- `viewer`: a browser that watches only (the worker refuses its input).
+- `viewer`: a browser that watches only (the worker refuses its input);
+- `admin`: an operator's program: reads and ends anyone's session, lists workers over REST,
+  but opens neither socket (it neither watches nor serves).
+
+A session's role is the role of the token last presented for it: a resume with a viewer token
+makes the session a viewer's, whatever it was.
 
 Browsers cannot set headers on a WebSocket, so a token travels either in `Authorization:
 Bearer ...` (programs) or as a WebSocket subprotocol `bearer.<token>` next to `render-server.v1`
@@ -24,9 +29,10 @@ import jwt
 
 from render_server.protocol.errors import CodedError
 
-Role = Literal["worker", "controller", "viewer"]
-ROLES: tuple[Role, ...] = ("worker", "controller", "viewer")
-BROWSER_ROLES: tuple[Role, ...] = ("controller", "viewer")
+Role = Literal["worker", "controller", "viewer", "admin"]
+ROLES: tuple[Role, ...] = ("worker", "controller", "viewer", "admin")
+BROWSER_ROLES: tuple[Role, ...] = ("controller", "viewer")  # who may open /ws
+SESSION_ROLES: tuple[Role, ...] = (*BROWSER_ROLES, "admin")  # who may read or end sessions
 AUDIENCE = "render-server"
 BEARER_PREFIX = "bearer."
 MAX_TOKEN_CHARS = 4096

@@ -33,6 +33,7 @@ from render_server.stream.monitor import SessionMonitor
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
+from render_server.transport.guard import guard_data_channels
 from render_server.transport.timing import watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
 from render_server.transport.video_sender import add_video_sender
@@ -103,6 +104,16 @@ class StreamSession:
         self._idle_task = loop.create_task(self._idle_watch()) if idle_timeout_s else None
         self.monitor.start()
 
+    def set_role(self, role: str) -> None:
+        """The session changed hands (a resume with another token): from now on its input is
+        judged by `role`, a viewer's refused."""
+        if role == self.role:
+            return
+        self.log.info("session.role", extra={"was": self.role, "now": role})
+        self.role = role
+        self.log = session_logger(__name__, self.session_id, role=role)
+        self.input.set_role(role)
+
     @property
     def quality(self) -> StreamQuality:
         """The stream's figures as the page was last told them."""
@@ -136,8 +147,13 @@ class StreamSession:
         timing = self.monitor.new_peer()
         self.pc, self.track = pc, track
         self.peers += 1
-        pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
-        pc.on("datachannel", self.input.attach)
+        # aiortc calls these from its receive path: they never raise into it (transport/guard.py)
+        guard = self.input.guard
+        pc.on(
+            "connectionstatechange",
+            guard.coroutine("connectionstatechange", lambda: self._on_connection_state(pc)),
+        )
+        pc.on("datachannel", guard.sync("datachannel", self.input.attach))
         transceiver = add_video_sender(
             pc, track, self.playout_delay, self.pipeline.keyframes.request,
             self._on_receiver_estimate,
@@ -150,6 +166,8 @@ class StreamSession:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
         # after the offer: BUNDLE may have moved the sender onto the data channel's transport
         watch_sent_packets(transceiver.sender, timing.packet_sent)
+        if pc.sctp is not None:  # the offer's data channel: what the page sends on it
+            guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())
         self.log.info("session.answered", extra={"peer": self.peers})
         return pc.localDescription.sdp

@@ -31,9 +31,13 @@ class Viewer:
         frame_queue: int = 8,
         receiver_estimates: bool = True,
         token: str | None = None,
+        resume: tuple[str, str] | None = None,
     ) -> None:
+        """`resume`: (session id, resume token) of a session to take over instead of starting
+        one, as a page that reloads does."""
         self.url = url
         self.token = token
+        self.resume = resume
         self.receiver_estimates = receiver_estimates
         self.session_info: dict[str, Any] = {}
         self.frames: asyncio.Queue[av.VideoFrame] = asyncio.Queue(frame_queue)
@@ -47,7 +51,7 @@ class Viewer:
 
     async def start(self, timeout: float = 15.0) -> dict[str, Any]:
         """Start a session and negotiate; returns the `session.started` message."""
-        self.session_info = await self.signaling.start(timeout)
+        self.session_info = await self.signaling.start(timeout, self.resume)
         self.pc, _, self.input = self.signaling.viewer_peer(
             self._on_worker_message, self._channel_open.set
         )
@@ -113,6 +117,15 @@ class Viewer:
         for task in self._tasks:
             task.cancel()
         await self.signaling.hang_up(self.pc)
+
+    async def drop(self) -> None:
+        """Drop the peer connection and the socket but not the session, as a page that reloads
+        does: the session waits for a `resume` within the server's grace period."""
+        for task in self._tasks:
+            task.cancel()
+        if self.pc is not None:
+            await self.pc.close()
+        await self.signaling.close()
 
     async def __aenter__(self) -> Viewer:
         await self.start()

@@ -103,7 +103,12 @@ class WorkerService:
     async def _open(self, message: OpenSession) -> None:
         sid = message.session_id
         if sid in self.sessions or sid in self._opening:
-            await self.send(self._opened(sid))  # a repeated request: already there
+            # a repeated request (a browser resumed the session): already there, now in the
+            # hands of the resuming token's role
+            session = self.sessions.get(sid)
+            if session is not None:
+                session.set_role(message.role)
+            await self.send(self._opened(sid))
             return
         if len(self.sessions) + len(self._opening) >= self.worker.slots:
             await self._error(sid, ErrorCode.NO_CAPACITY, "this worker has no free slot")

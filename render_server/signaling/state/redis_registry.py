@@ -147,12 +147,17 @@ class RedisRegistry:
         stale = await self._call(self._expire, repr(float(timeout_s)))
         return {w: [Claim(w, s) for s in sessions] for w, sessions in stale}
 
-    async def request(self, session_id: str, requirements: Requirements) -> Ticket:
+    async def request(
+        self, session_id: str, requirements: Requirements, refuse_unservable: bool = False
+    ) -> Ticket:
         check_requirements(requirements)
         wants = "" if requirements == Requirements() else json.dumps(requirements.as_dict())
-        kind, value = await self._call(self._request, session_id, wants)
+        refuse = "1" if refuse_unservable else ""
+        kind, value = await self._call(self._request, session_id, wants, refuse)
         if kind == "claim":
             return Ticket(session_id, claim=Claim(value, session_id))
+        if kind == "unservable":
+            return Ticket(session_id, unservable=True)
         return Ticket(session_id, position=int(value))
 
     async def cancel(self, session_id: str) -> bool:

@@ -10,6 +10,9 @@ One small protocol, two real implementations: `MemoryRegistry` (one process, `se
   operation, no waiting request fits a free slot.
 - `request` either claims a slot now or puts the session at the end of the queue, never both.
   By the rule above that is fair: a free slot that fits a new request fits nobody waiting.
+  Asked to (`refuse_unservable`, for a new session), it refuses instead of queueing a request
+  that no registered worker, free or busy, could ever serve; with no worker registered at all
+  it queues (a fleet scaling up from zero serves it when the first worker registers).
 - A claim goes to the least-loaded fitting worker: the lowest used/slots ratio, ties broken by
   the most free slots, then by worker id (deterministic).
 - A worker that stops heart-beating is expired; its sessions are returned so that their
@@ -99,11 +102,13 @@ class Claim:
 
 @dataclass(frozen=True)
 class Ticket:
-    """The answer to a request: a claim now, or a place in the queue (1 = next)."""
+    """The answer to a request: a claim now, a place in the queue (1 = next), or `unservable`
+    (no registered worker could ever serve it: neither claimed nor queued)."""
 
     session_id: str
     claim: Claim | None = None
     position: int | None = None
+    unservable: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,8 +140,11 @@ class Registry(Protocol):
         """Unregister every worker not seen for `timeout_s`; its id → the claims it held."""
         ...
 
-    async def request(self, session_id: str, requirements: Requirements) -> Ticket:
-        """Claim a slot for a new session now, or queue it (see the module's rules)."""
+    async def request(
+        self, session_id: str, requirements: Requirements, refuse_unservable: bool = False
+    ) -> Ticket:
+        """Claim a slot for a new session now, or queue it, or (`refuse_unservable`) refuse
+        it when no registered worker fits it (see the module's rules)."""
         ...
 
     async def cancel(self, session_id: str) -> bool:
@@ -204,7 +212,9 @@ class MemoryRegistry:
             stale = [w for w, seen in self._seen.items() if seen < cutoff]
             return {w: self._drop(w) for w in stale}
 
-    async def request(self, session_id: str, requirements: Requirements) -> Ticket:
+    async def request(
+        self, session_id: str, requirements: Requirements, refuse_unservable: bool = False
+    ) -> Ticket:
         check_requirements(requirements)
         async with self._lock:
             holder = self._holder(session_id)
@@ -216,6 +226,9 @@ class MemoryRegistry:
                 claim = self._claim(session_id, requirements)
                 if claim is not None:
                     return Ticket(session_id, claim=claim)
+                workers = self._workers.values()
+                if refuse_unservable and workers and not any(map(requirements.fits, workers)):
+                    return Ticket(session_id, unservable=True)
                 self._queue[session_id] = requirements
             return Ticket(session_id, position=list(self._queue).index(session_id) + 1)
 

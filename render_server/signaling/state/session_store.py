@@ -1,8 +1,15 @@
-"""Per-session facts every replica needs: whose session it is, its resume secret, its needs.
+"""Per-session facts every replica needs: whose session it is, from where, its resume secret, its
+needs; and how many sessions each token subject and each address holds, fleet-wide.
 
 The registry knows slots and the queue; this store knows the session itself, so that a browser
-can reload onto another replica (`session.resume`) and REST calls can find a session by id.
-Records expire on their own (a day) should a replica die without cleaning up.
+can reload onto another replica (`session.resume`) and REST calls can find a session by id. It
+also counts the sessions (queue places included) of each subject and address, for the caps:
+`admit` counts and stores in one step, so two replicas never both take the last place.
+
+A record is a lease of `lease_s` seconds: the replica holding the session renews it
+(`SessionTable.keep_alive`) well within that, and `delete` forgets it when the session ends. A
+record that outlives its session (its replica died and no browser resumed it elsewhere) expires
+within one lease, and stops counting against its subject and address with it.
 """
 
 from __future__ import annotations
@@ -12,15 +19,20 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal, Protocol
 
 import redis.asyncio as aioredis
 
 from render_server.protocol.requirements import Requirements
 from render_server.signaling.state.redis import connect_redis, lua_script
 
-RECORD_TTL_S = 24 * 3600
+RECORD_LEASE_S = 60.0  # the holding replica renews every quarter of it (SessionTable)
+RENEW_BATCH = 200  # sessions renewed per Redis call
+
+CapName = Literal["subject", "address"]
+CAPS: tuple[CapName, ...] = ("subject", "address")
 
 
 def new_resume_token() -> str:
@@ -35,17 +47,18 @@ def hash_token(token: str) -> str:
 class SessionRecord:
     session_id: str
     owner: str  # the token's subject; "anonymous" where authentication is off
-    role: str
+    role: str  # the role of the token last presented for it (start or resume)
     token_hash: str  # sha256 of the resume token: the store never holds the token itself
     requirements: Requirements = field(default_factory=Requirements)
     generation: int = 1  # bumped by each resume: the older holder lets go
     created: float = field(default_factory=time.time)
+    address: str = ""  # the client address that created it (the per-address cap)
 
     def token_matches(self, token: str) -> bool:
         return hmac.compare_digest(self.token_hash, hash_token(token))
 
-    def resumed(self) -> SessionRecord:
-        return replace(self, generation=self.generation + 1)
+    def resumed(self, role: str | None = None) -> SessionRecord:
+        return replace(self, generation=self.generation + 1, role=role or self.role)
 
     def to_json(self) -> str:
         doc = asdict(self)
@@ -55,17 +68,51 @@ class SessionRecord:
     @classmethod
     def from_json(cls, text: str | bytes) -> SessionRecord:
         doc: dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}  # a newer replica's extra facts are skipped
+        doc = {k: v for k, v in doc.items() if k in known}
         doc["requirements"] = Requirements.from_dict(doc.get("requirements") or {})
         return cls(**doc)
 
 
+@dataclass(frozen=True)
+class SessionCaps:
+    """Sessions (queue places included) one subject and one address may hold; 0: no cap."""
+
+    per_subject: int = 0
+    per_address: int = 0
+
+
+@dataclass(frozen=True)
+class CapReached:
+    """Why `admit` refused: which cap, how many sessions are held, and the cap."""
+
+    cap: CapName
+    held: int
+    limit: int
+
+
 class SessionStore(Protocol):
-    async def put(self, record: SessionRecord) -> None: ...
+    lease_s: float  # a record not renewed for this long expires
+
+    async def admit(self, record: SessionRecord, caps: SessionCaps) -> CapReached | None:
+        """Store a new session's record unless its owner or address is at a cap: the refusal,
+        or None once stored. Counting and storing are one step, fleet-wide."""
+        ...
 
     async def get(self, session_id: str) -> SessionRecord | None: ...
 
-    async def bump(self, session_id: str) -> SessionRecord | None:
-        """Increment the generation atomically (a resume); None if the session is gone."""
+    async def bump(self, session_id: str, role: str | None = None) -> SessionRecord | None:
+        """Increment the generation atomically (a resume) and take the resuming token's `role`;
+        None if the session is gone."""
+        ...
+
+    async def renew(self, session_ids: Iterable[str]) -> None:
+        """Extend the leases of live sessions (their records and their places in the counts);
+        records already gone stay gone."""
+        ...
+
+    async def held(self, cap: CapName, name: str) -> int:
+        """How many live sessions the subject or address `name` holds."""
         ...
 
     async def delete(self, session_id: str) -> None: ...
@@ -74,53 +121,162 @@ class SessionStore(Protocol):
 
 
 class MemorySessionStore:
-    def __init__(self) -> None:
-        self._records: dict[str, SessionRecord] = {}
+    """One process's store. Every method runs without awaiting: each is atomic in its loop."""
 
-    async def put(self, record: SessionRecord) -> None:
-        self._records[record.session_id] = record
+    def __init__(
+        self, lease_s: float = RECORD_LEASE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lease_s = lease_s
+        self._clock = clock
+        self._records: dict[str, SessionRecord] = {}
+        self._until: dict[str, float] = {}  # session id -> when its lease ends
+        self._holders: dict[tuple[CapName, str], set[str]] = {}
+
+    async def admit(self, record: SessionRecord, caps: SessionCaps) -> CapReached | None:
+        for cap, limit in zip(CAPS, (caps.per_subject, caps.per_address), strict=True):
+            held = self._held(cap, _name_of(record, cap))
+            if limit and held >= limit:
+                return CapReached(cap, held, limit)
+        self._store(record)
+        return None
 
     async def get(self, session_id: str) -> SessionRecord | None:
-        return self._records.get(session_id)
+        return self._live(session_id)
 
-    async def bump(self, session_id: str) -> SessionRecord | None:
-        record = self._records.get(session_id)
+    async def bump(self, session_id: str, role: str | None = None) -> SessionRecord | None:
+        record = self._live(session_id)
         if record is not None:
-            record = self._records[session_id] = record.resumed()
+            record = self._records[session_id] = record.resumed(role)
         return record
 
+    async def renew(self, session_ids: Iterable[str]) -> None:
+        until = self._clock() + self.lease_s
+        for session_id in session_ids:
+            if self._live(session_id) is not None:
+                self._until[session_id] = until
+
+    async def held(self, cap: CapName, name: str) -> int:
+        return self._held(cap, name)
+
     async def delete(self, session_id: str) -> None:
-        self._records.pop(session_id, None)
+        if session_id in self._records:
+            self._forget(session_id)
 
     async def close(self) -> None:
         pass
 
+    def _store(self, record: SessionRecord) -> None:
+        self._records[record.session_id] = record
+        self._until[record.session_id] = self._clock() + self.lease_s
+        for cap in CAPS:
+            self._holders.setdefault((cap, _name_of(record, cap)), set()).add(record.session_id)
+
+    def _live(self, session_id: str) -> SessionRecord | None:
+        """The record unless its lease ended (then it is forgotten, as Redis expires it)."""
+        record = self._records.get(session_id)
+        if record is not None and self._until[session_id] <= self._clock():
+            self._forget(session_id)
+            return None
+        return record
+
+    def _forget(self, session_id: str) -> None:
+        record = self._records.pop(session_id)
+        del self._until[session_id]
+        for cap in CAPS:
+            key = (cap, _name_of(record, cap))
+            self._holders[key].discard(session_id)
+            if not self._holders[key]:
+                del self._holders[key]
+
+    def _held(self, cap: CapName, name: str) -> int:
+        for session_id in list(self._holders.get((cap, name), ())):
+            self._live(session_id)  # forgets the expired ones
+        return len(self._holders.get((cap, name), ()))
+
+
+def _name_of(record: SessionRecord, cap: CapName) -> str:
+    return record.owner if cap == "subject" else record.address
+
 
 class RedisSessionStore:
-    def __init__(self, client: aioredis.Redis, prefix: str = "rs") -> None:
+    """The store several replicas share. Keys, under `{prefix}:` (one Redis Cluster slot):
+
+    record:<session id>   str   the record as JSON, expiring with its lease
+    held:subject:<hash>   zset  session id -> when its lease ends (Redis time): a subject's
+    held:address:<hash>   zset  ... and an address's sessions; entries past their lease
+                                are dropped before counting, and the set expires with them
+    """
+
+    def __init__(
+        self, client: aioredis.Redis, prefix: str = "rs", lease_s: float = RECORD_LEASE_S
+    ) -> None:
         self._redis = client
-        self._prefix = prefix
+        self._base = f"{{{prefix}}}:"
+        self.lease_s = lease_s
         self._bump = self._redis.register_script(lua_script("bump_generation"))
+        self._admit = self._redis.register_script(lua_script("session_admit"))
+        self._renew = self._redis.register_script(lua_script("session_renew"))
+        self._delete = self._redis.register_script(lua_script("session_delete"))
+        self._held = self._redis.register_script(lua_script("session_held"))
 
     def _key(self, session_id: str) -> str:
-        return f"{self._prefix}:record:{session_id}"
+        return f"{self._base}record:{session_id}"
 
-    async def put(self, record: SessionRecord) -> None:
-        await self._redis.set(self._key(record.session_id), record.to_json(), ex=RECORD_TTL_S)
+    def _held_key(self, cap: CapName, name: str) -> str:
+        # hashed: a subject is whatever a token says, of any length and any characters
+        return f"{self._base}held:{cap}:{hashlib.sha256(name.encode()).hexdigest()[:32]}"
+
+    def _keys(self, record: SessionRecord) -> list[str]:
+        return [
+            self._key(record.session_id),
+            self._held_key("subject", record.owner),
+            self._held_key("address", record.address),
+        ]
+
+    async def admit(self, record: SessionRecord, caps: SessionCaps) -> CapReached | None:
+        args = [record.to_json(), record.session_id, repr(self.lease_s)]
+        reply = await self._admit(
+            keys=self._keys(record), args=[*args, caps.per_subject, caps.per_address]
+        )
+        if not reply:
+            return None
+        cap, held, limit = reply
+        name: CapName = "subject" if _text(cap) == "subject" else "address"
+        return CapReached(name, int(held), int(limit))
 
     async def get(self, session_id: str) -> SessionRecord | None:
         text = await self._redis.get(self._key(session_id))
         return SessionRecord.from_json(text) if text else None
 
-    async def bump(self, session_id: str) -> SessionRecord | None:
-        text = await self._bump(keys=[self._key(session_id)])
+    async def bump(self, session_id: str, role: str | None = None) -> SessionRecord | None:
+        text = await self._bump(keys=[self._key(session_id)], args=[role or ""])
         return SessionRecord.from_json(text) if text else None
 
+    async def renew(self, session_ids: Iterable[str]) -> None:
+        ids = list(session_ids)
+        for first in range(0, len(ids), RENEW_BATCH):
+            texts = await self._redis.mget([self._key(s) for s in ids[first : first + RENEW_BATCH]])
+            records = [SessionRecord.from_json(text) for text in texts if text]
+            if records:
+                keys = [key for record in records for key in self._keys(record)]
+                args = [repr(self.lease_s), *(r.session_id for r in records)]
+                await self._renew(keys=keys, args=args)
+
+    async def held(self, cap: CapName, name: str) -> int:
+        return int(await self._held(keys=[self._held_key(cap, name)]))
+
     async def delete(self, session_id: str) -> None:
-        await self._redis.delete(self._key(session_id))
+        record = await self.get(session_id)
+        if record is None:
+            return  # gone already; its places in the counts lapse with their leases
+        await self._delete(keys=self._keys(record), args=[session_id])
 
     async def close(self) -> None:
         await self._redis.aclose(close_connection_pool=True)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def connect_session_store(url: str | None, prefix: str = "rs") -> SessionStore:
