@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from render_server.protocol.requirements import MAX_HEIGHT, MAX_WIDTH
 
 ENV_PREFIX = "RENDER_SERVER_"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -22,8 +25,9 @@ PlayoutDelay = Literal["low", "zero", "off"]  # see transport/playout_delay.py
 PLAYOUT_DELAYS: tuple[PlayoutDelay, ...] = ("low", "zero", "off")
 NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 
-# H.264 needs even sizes for 4:2:0; the upper bound is H.264 level 6.2's largest frame.
-MIN_SIDE, MAX_WIDTH, MAX_HEIGHT = 64, 7680, 4320
+# H.264 needs even sizes for 4:2:0; the upper bound (MAX_WIDTH x MAX_HEIGHT, the protocol's own)
+# is H.264 level 6.2's largest frame.
+MIN_SIDE = 64
 MAX_FPS = 240
 # shared by `serve` (its embedded worker) and `worker`
 DEFAULT_SLOTS = 2
@@ -170,7 +174,20 @@ class ServerConfig:
     heartbeat_timeout_s: float = 6.0  # ... and are lost after this long without one
     resume_grace_s: float = 15.0  # a dropped browser socket may come back this long
     open_timeout_s: float = 15.0  # a worker must open a placed session within this
+    # an attached browser must offer within this once its session is open, or the slot is freed
+    offer_timeout_s: float = 8.0
+    # sessions and queue places held at once, fleet-wide, per token subject and per client
+    # address (0: no cap); with authentication off only the per-address cap applies
+    max_sessions_per_subject: int = 24
+    max_sessions_per_address: int = 48
     replica_id: str = ""  # "" : hostname and process id
+    # the connection level (signaling/connection_limits.py): slowloris, idle and hoarded sockets
+    header_timeout_s: float = 10.0  # a connection completes a request's headers within this
+    keepalive_timeout_s: float = 15.0  # an idle keep-alive connection is closed after this
+    max_connections_per_address: int = 64  # open connections of one TCP peer (a proxy: all)
+    max_connections: int = 4096  # open connections in all
+    # networks of proxies whose X-Forwarded-For names the client (edge.client_address)
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (0 <= self.port <= 65535):
@@ -184,6 +201,12 @@ class ServerConfig:
         for url in self.turn_urls:
             if not re.fullmatch(r"turns?:\S+", url):
                 raise ConfigError(f"TURN server {url!r} is not a turn:/turns: URL")
+        if not (0.1 <= self.offer_timeout_s <= 600):
+            raise ConfigError(f"offer timeout {self.offer_timeout_s}s is outside 0.1..600")
+        for name in ("max_sessions_per_subject", "max_sessions_per_address"):
+            cap = getattr(self, name)
+            if not (0 <= cap <= 1_000_000):
+                raise ConfigError(f"{name.replace('_', ' ')} {cap} is outside 0..1000000")
         if not (0.2 <= self.heartbeat_s < self.heartbeat_timeout_s):
             raise ConfigError("the heartbeat timeout must be longer than the heartbeat")
         for origin in self.allowed_origins:
@@ -192,6 +215,29 @@ class ServerConfig:
         for url in self.ice_servers:
             if not re.fullmatch(r"(stun|stuns|turn|turns):\S+", url):
                 raise ConfigError(f"ICE server {url!r} is not a stun:/turn: URL")
+        self._check_connection_limits()
+
+    def _check_connection_limits(self) -> None:
+        if not (0.1 <= self.header_timeout_s <= 3600):
+            raise ConfigError(f"header timeout {self.header_timeout_s}s is outside 0.1..3600")
+        if not (0.1 <= self.keepalive_timeout_s <= 3600):
+            raise ConfigError(
+                f"keep-alive timeout {self.keepalive_timeout_s}s is outside 0.1..3600"
+            )
+        if not (1 <= self.max_connections <= 1_000_000):
+            raise ConfigError(f"max connections {self.max_connections} is outside 1..1000000")
+        if not (1 <= self.max_connections_per_address <= self.max_connections):
+            raise ConfigError(
+                f"max connections per address {self.max_connections_per_address} is outside "
+                f"1..{self.max_connections} (--max-connections)"
+            )
+        for network in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"trusted proxy {network!r} is not an address or CIDR network"
+                ) from None
 
     @property
     def auth_required(self) -> bool:

@@ -18,8 +18,8 @@ from aiohttp import web
 from render_server.cli.process import EMBEDDED_KEY, build_app
 from render_server.config import ServerConfig
 from render_server.render.scene import Scene
-from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.context import SignalingContext
+from render_server.signaling.edge import CONTEXT_KEY
 from render_server.stream.session import StreamSession
 
 from .browser import free_port

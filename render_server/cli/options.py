@@ -170,6 +170,55 @@ def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
         "--resume-grace", type=float, default=float(env("resume_grace", c.resume_grace_s)),
         help="a dropped browser may resume its session this long (%(default)s s)",
     )  # fmt: skip
+    g.add_argument(
+        "--offer-timeout", type=float, default=float(env("offer_timeout", c.offer_timeout_s)),
+        help="end a session whose attached browser sent no offer this long after the session "
+        "opened (or after the browser came back) (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-sessions-per-subject", type=int,
+        default=int(env("max_sessions_per_subject", c.max_sessions_per_subject)),
+        help="sessions and queue places one token subject may hold at once, fleet-wide; "
+        "0: no cap (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-sessions-per-address", type=int,
+        default=int(env("max_sessions_per_address", c.max_sessions_per_address)),
+        help="sessions and queue places one client address may hold at once, fleet-wide; "
+        "0: no cap (%(default)s)",
+    )  # fmt: skip
+    connection_options(p)
+
+
+def connection_options(p: argparse.ArgumentParser) -> None:
+    c = SERVER
+    g = p.add_argument_group("connections (against slow, idle and hoarding clients)")
+    g.add_argument(
+        "--header-timeout", type=float, default=float(env("header_timeout", c.header_timeout_s)),
+        help="close a connection that has not sent a request's headers in this long "
+        "(%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--keepalive-timeout", type=float,
+        default=float(env("keepalive_timeout", c.keepalive_timeout_s)),
+        help="close an idle keep-alive connection after this long (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-connections-per-address", type=int,
+        default=int(env("max_connections_per_address", c.max_connections_per_address)),
+        help="open connections (WebSockets included) of one TCP peer; behind a proxy or an "
+        "ingress that peer is the proxy, so this caps all its clients together: raise it "
+        "there (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-connections", type=int, default=int(env("max_connections", c.max_connections)),
+        help="open connections in all; beyond, new ones are closed at once (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--trusted-proxy", action="append", default=env_list("trusted_proxy"), metavar="CIDR",
+        help="a proxy network whose X-Forwarded-For names the client, for the per-client "
+        "limits and the audit log (repeatable; the connection cap still counts the proxy)",
+    )  # fmt: skip
 
 
 def auth_options(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
@@ -255,6 +304,14 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
         turn_ttl_s=args.turn_ttl,
         heartbeat_timeout_s=args.heartbeat_timeout,
         resume_grace_s=args.resume_grace,
+        offer_timeout_s=args.offer_timeout,
+        max_sessions_per_subject=args.max_sessions_per_subject,
+        max_sessions_per_address=args.max_sessions_per_address,
+        header_timeout_s=args.header_timeout,
+        keepalive_timeout_s=args.keepalive_timeout,
+        max_connections_per_address=args.max_connections_per_address,
+        max_connections=args.max_connections,
+        trusted_proxies=tuple(args.trusted_proxy),
         **worker,
     )
 

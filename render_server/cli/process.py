@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
 import os
@@ -28,7 +29,9 @@ from render_server.render.scene import Scene, SceneError
 from render_server.render.scene_files import SceneLimits, load_scene
 from render_server.signaling.app import create_app
 from render_server.signaling.auth import Authenticator, load_keys
+from render_server.signaling.connection_limits import ConnectionLimits, listen
 from render_server.signaling.context import connect_context
+from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.local_worker_link import LocalWorkerLink
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 
 WORKER_KEY = web.AppKey("local_worker", LocalWorker)
 EMBEDDED_KEY = web.AppKey("embedded_worker", EmbeddedWorker)
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 SELF_MINTED_TOKEN_TTL_S = 30 * 24 * 3600  # a worker minting its own token from the secret
 
 
@@ -115,8 +120,24 @@ async def until_stopped() -> None:
     await stop.wait()
 
 
+def fix_mmap_threshold() -> None:
+    """Keep glibc from raising its mmap threshold as the process runs.
+
+    glibc serves blocks above the threshold with mmap and gives them back when freed, but it
+    raises the threshold to the size of the largest such block freed (up to 32 MiB): after the
+    first session ends, every later session's frame buffers come from the heap, which
+    fragments and never shrinks (RSS grew 294 -> 317 MiB over 160 sessions at 640x360, and
+    kept growing). A fixed threshold keeps them in mmap: the same churn stayed at 281 MiB."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return  # not glibc: its allocator has its own policy
+    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 def run_process(main: Coroutine[Any, Any, None]) -> int:
     """Run a server process; what stops it at start is one line on stderr and exit code 2."""
+    fix_mmap_threshold()
     try:
         asyncio.run(main)
     except SceneError as exc:
@@ -165,11 +186,14 @@ async def build_app(
 async def run_server(config: ServerConfig) -> None:
     app = await build_app(config)
     settle_heap()
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    limits = ConnectionLimits.of(config)
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=2.0, keepalive_timeout=limits.keepalive_timeout_s
+    )
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
     try:
-        await site.start()
+        # not a TCPSite: the connections are counted and timed (signaling/connection_limits.py)
+        listener = await listen(runner, config.host, config.port, limits, app[CONTEXT_KEY].metrics)
     except OSError as exc:
         await runner.cleanup()
         raise ListenError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
@@ -181,6 +205,7 @@ async def run_server(config: ServerConfig) -> None:
     try:
         await until_stopped()
     finally:
+        listener.close()  # no new connections; cleanup closes the open ones
         await runner.cleanup()
 
 

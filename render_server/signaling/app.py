@@ -19,10 +19,12 @@ from render_server.signaling.edge import (
     SESSIONS_KEY,
     authenticate,
     check_origin,
+    client_address,
     ctx_of,
     sessions_of,
 )
 from render_server.signaling.relay import tell_lost
+from render_server.signaling.request_guard import request_guard
 from render_server.signaling.session import SessionTable
 from render_server.signaling.worker_socket import WorkerSocket
 
@@ -55,7 +57,7 @@ async def browser_socket(request: web.Request) -> web.StreamResponse:
     ctx.metrics.connections.inc()
     ctx.browser_sockets.add(ws)
     try:
-        await BrowserConnection(ws, sessions_of(request), identity).run()
+        await BrowserConnection(ws, sessions_of(request), identity, client_address(request)).run()
     finally:
         ctx.browser_sockets.discard(ws)
         ctx.metrics.connections.dec()
@@ -83,7 +85,9 @@ async def _sweep(ctx: SignalingContext) -> None:
 async def _start_background(app: web.Application) -> None:
     ctx = app[CONTEXT_KEY]
     await ctx.channels.on_queue(app[SESSIONS_KEY].on_queue_changed)
-    app[BACKGROUND_KEY].append(asyncio.get_running_loop().create_task(_sweep(ctx)))
+    loop = asyncio.get_running_loop()
+    app[BACKGROUND_KEY].append(loop.create_task(_sweep(ctx)))
+    app[BACKGROUND_KEY].append(loop.create_task(app[SESSIONS_KEY].keep_alive()))
 
 
 async def _close_browser_sockets(app: web.Application) -> None:
@@ -102,7 +106,10 @@ async def _stop_background(app: web.Application) -> None:
 
 
 def create_app(ctx: SignalingContext) -> web.Application:
-    app = web.Application(middlewares=[pages.security_headers], client_max_size=64 * 1024)
+    # outermost first: every answer gets the security headers, refusals of the guard included
+    app = web.Application(
+        middlewares=[pages.security_headers, request_guard], client_max_size=64 * 1024
+    )
     app[CONTEXT_KEY] = ctx
     app[SESSIONS_KEY] = SessionTable(ctx)
     app[BACKGROUND_KEY] = []

@@ -1,11 +1,14 @@
-"""One browser's signaling socket: parse, check, and hand the messages to its session."""
+"""One browser's signaling socket: parse, check, and hand the messages to its session.
+
+The session's role is the socket's token's, on a start and on a resume alike; its caps count
+the token's subject and the socket's client address (`SessionTable.create`)."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
 from render_server.protocol.bus import Resumed
 from render_server.protocol.errors import ErrorCode, ProtocolError
@@ -22,7 +25,7 @@ from render_server.protocol.signaling import (
     parse_client_message,
 )
 from render_server.protocol.wire import encode_message
-from render_server.signaling.audit import audit
+from render_server.signaling.audit import audit, audit_refusal
 from render_server.signaling.auth import Identity
 from render_server.signaling.session import ENDED, SessionHandle, SessionTable
 
@@ -35,12 +38,17 @@ MAX_VIOLATIONS = 100  # rejected messages before the socket is closed
 
 class BrowserConnection:
     def __init__(
-        self, ws: web.WebSocketResponse, sessions: SessionTable, identity: Identity
+        self,
+        ws: web.WebSocketResponse,
+        sessions: SessionTable,
+        identity: Identity,
+        address: str = "unknown",
     ) -> None:
         self.ws = ws
         self.sessions = sessions
         self.ctx = sessions.ctx
         self.identity = identity
+        self.address = address  # edge.client_address of the upgrade request
         self.handle: SessionHandle | None = None
         self.violations = 0
         self._bucket = TokenBucket(MESSAGE_RATE_PER_S, MESSAGE_BURST)
@@ -49,17 +57,15 @@ class BrowserConnection:
     async def run(self) -> None:
         try:
             async for msg in self.ws:
-                if msg.type == WSMsgType.TEXT:
-                    await self._handle(msg.data)
-                elif msg.type == WSMsgType.BINARY:
-                    await self._reject(
-                        ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames")
+                try:
+                    await self._receive(msg)
+                except Exception:  # a bug of ours: answered and logged; the socket stays open
+                    session = self.handle.session_id if self.handle is not None else None
+                    log.exception(
+                        "signaling.internal_error",
+                        extra={"frame": msg.type.name, "session": session},
                     )
-                elif msg.type == WSMsgType.ERROR:
-                    # over the transport limit: aiohttp has already closed with 1009
-                    self.ctx.metrics.rejected.labels(ErrorCode.TOO_LARGE).inc()
-                    audit("audit.socket.closed", subject=self.identity.subject,
-                          reason=str(msg.data)[:200])  # fmt: skip
+                    await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
                 if self.violations >= MAX_VIOLATIONS:
                     audit("audit.socket.closed", subject=self.identity.subject,
                           reason="too many rejected messages")  # fmt: skip
@@ -67,7 +73,22 @@ class BrowserConnection:
                     break
         finally:
             if self.handle is not None and self.handle.state != ENDED:
-                self.handle.detach()
+                self.handle.detach(self._send)
+
+    async def _receive(self, msg: WSMessage) -> None:
+        if msg.type == WSMsgType.TEXT:
+            await self._handle(msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            await self._reject(ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames"))
+        elif msg.type == WSMsgType.ERROR:
+            # aiohttp has closed the socket: over the transport limit (1009) or, as RFC 6455
+            # wants, a text frame that is not UTF-8 (1007)
+            too_big = getattr(msg.data, "code", None) == WSCloseCode.MESSAGE_TOO_BIG
+            self.ctx.metrics.rejected.labels(
+                ErrorCode.TOO_LARGE if too_big else ErrorCode.BAD_JSON
+            ).inc()
+            audit("audit.socket.closed", subject=self.identity.subject,
+                  reason=str(msg.data)[:200])  # fmt: skip
 
     async def _handle(self, data: str) -> None:
         if not self._bucket.take(time.monotonic()):
@@ -95,6 +116,12 @@ class BrowserConnection:
 
     async def _dispatch(self, message: ClientMessage) -> None:
         handle = self.handle if self.handle is not None and self.handle.state != ENDED else None
+        if handle is not None and not handle.attached(self._send):
+            # another socket resumed the session (perhaps with another role): this one may
+            # start or resume a session, but no longer speaks for that one
+            self.handle = handle = None
+            if not isinstance(message, SessionStart | SessionResume):
+                raise ProtocolError(ErrorCode.BAD_ORDER, "the session was resumed elsewhere")
         if isinstance(message, SessionStart):
             if handle is not None:
                 raise ProtocolError(ErrorCode.BAD_ORDER, "a session is already running here")
@@ -113,10 +140,9 @@ class BrowserConnection:
             await handle.end()
 
     async def _start(self, message: SessionStart) -> None:
-        identity = self.identity
         self.handle, _ = await self.sessions.create(
-            identity.subject, identity.role, message.requirements
-        )
+            self.identity, self.address, message.requirements
+        )  # over a cap: ProtocolError too_many_sessions, answered; the socket stays open
         self.handle.attach(self._send)
         await self.handle.start()
 
@@ -128,11 +154,14 @@ class BrowserConnection:
         if not record.token_matches(message.resume_token) or (
             not self.identity.anonymous and record.owner != self.identity.subject
         ):
-            audit("audit.resume.refused", subject=self.identity.subject, session=sid)
+            audit_refusal("audit.resume.refused", subject=self.identity.subject, session=sid)
             raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not yours")
-        bumped = await self.ctx.store.bump(sid)
+        # the session takes this token's role: a viewer's token resumes it as a viewer's
+        bumped = await self.ctx.store.bump(sid, self.identity.role)
         if bumped is None:
             raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "no such session (it just ended)")
+        audit("audit.session.resume", session=sid, subject=self.identity.subject,
+              role=bumped.role, address=self.address)  # fmt: skip
         handle = self.sessions.adopt(bumped)
         # the replica that held the session before lets go of it
         await self.ctx.channels.to_session(sid, Resumed(bumped.generation))
@@ -144,7 +173,7 @@ class BrowserConnection:
         self.violations += 1
         self.ctx.metrics.rejected.labels(exc.code).inc()
         if exc.code == ErrorCode.TOO_LARGE:
-            audit("audit.message.too_large", subject=self.identity.subject)
+            audit_refusal("audit.message.too_large", subject=self.identity.subject)
         log.info("signaling.rejected", extra={"code": exc.code, "detail": exc.message[:200]})
         await self._send(Error(exc.code, exc.message))
 

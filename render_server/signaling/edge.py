@@ -8,13 +8,17 @@ from typing import Any
 
 from aiohttp import web
 
-from render_server.signaling.audit import audit
+from render_server.signaling.audit import audit_refusal
 from render_server.signaling.auth import AuthError, Identity, Role, token_from_headers
 from render_server.signaling.context import SignalingContext
+from render_server.signaling.forwarded import forwarded_client
 from render_server.signaling.origin import origin_allowed
 from render_server.signaling.session import SessionTable
 
 MAX_REST_BODY = 4096
+# REST-only codes (the sockets' are protocol.errors.ErrorCode)
+ORIGIN = "origin"
+UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 
 CONTEXT_KEY = web.AppKey("signaling", SignalingContext)
 SESSIONS_KEY = web.AppKey("sessions", SessionTable)
@@ -36,8 +40,8 @@ def authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
         return ctx.auth.verify(token, allowed)
     except AuthError as exc:
         ctx.metrics.rejected.labels(exc.code).inc()
-        audit("audit.auth.rejected", path=request.path, peer=request.remote, code=exc.code,
-              reason=exc.message)  # fmt: skip
+        audit_refusal("audit.auth.rejected", path=request.path, peer=request.remote,
+                      code=exc.code, reason=exc.message)  # fmt: skip
         status = 401 if exc.code == "unauthorized" else 403
         raise http_error(status, exc.code, exc.message) from None
 
@@ -46,6 +50,7 @@ def http_error(status: int, code: str, message: str) -> web.HTTPException:
     classes: dict[int, type[web.HTTPException]] = {
         400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
         404: web.HTTPNotFound, 409: web.HTTPConflict, 413: web.HTTPRequestEntityTooLarge,
+        415: web.HTTPUnsupportedMediaType, 429: web.HTTPTooManyRequests,
         503: web.HTTPServiceUnavailable,
     }  # fmt: skip
     cls = classes[status]
@@ -66,10 +71,15 @@ def check_origin(request: web.Request) -> None:
     )  # fmt: skip
     if not ok:
         ctx.metrics.rejected.labels("origin").inc()
-        audit("audit.origin.refused", reason=reason, peer=request.remote)
-        raise http_error(403, "origin", reason)
+        audit_refusal("audit.origin.refused", reason=reason, peer=request.remote)
+        raise http_error(403, ORIGIN, reason)
 
 
 def client_address(request: web.Request) -> str:
-    """The address a request came from, for per-address limits and the audit log."""
-    return request.remote or "unknown"
+    """The address a request came from, for per-client limits and the audit log: the TCP peer,
+    or, when that peer is a `--trusted-proxy`, the client its X-Forwarded-For names."""
+    return forwarded_client(
+        request.remote or "unknown",
+        request.headers.getall("X-Forwarded-For", ()),
+        ctx_of(request).config.trusted_proxies,
+    )

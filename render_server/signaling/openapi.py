@@ -8,18 +8,23 @@ from render_server import __version__
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SESSION_PATH = "/api/sessions/{sessionId}"
+_REST_CODES = ("bad_json", "bad_message", "too_large", "unauthorized", "forbidden",
+               "unknown_session", "too_many_sessions", "no_capacity")  # fmt: skip
 
 
 def _responses(ok: dict[str, Any], *codes: int) -> dict[str, Any]:
     out: dict[str, Any] = dict(ok)
     text = {400: "Malformed request", 401: "No valid token", 403: "Not allowed for this token",
-            404: "No such session", 413: "Body too large", 503: "Not ready"}  # fmt: skip
+            404: "No such session", 413: "Body too large",
+            415: "The body is not application/json", 503: "Not ready"}  # fmt: skip
     for code in codes:
-        out[str(code)] = {
-            "description": text[code],
-            "content": {"application/json": {"schema": _ERROR}},
-        }
+        out[str(code)] = _error(text[code])
     return out
+
+
+def _error(description: str) -> dict[str, Any]:
+    """An error response: an Error document whose `code` says which."""
+    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
 
 
 OPENAPI: dict[str, Any] = {
@@ -29,7 +34,10 @@ OPENAPI: dict[str, Any] = {
         "version": __version__,
         "description": "Sessions on GPU workers, streamed over WebRTC. Browsers negotiate media "
         "over the WebSocket /ws (see the README's signaling protocol); this API creates and "
-        "inspects sessions and workers. Send tokens as `Authorization: Bearer <JWT>`.",
+        "inspects sessions and workers. Send tokens as `Authorization: Bearer <JWT>`. "
+        "Roles: a controller or viewer token creates sessions and reads its subject's; ending "
+        "one takes its owner's controller token; an admin token reads and ends any session and "
+        "lists workers (it opens no socket).",
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
@@ -37,7 +45,13 @@ OPENAPI: dict[str, Any] = {
             "Error": {
                 "type": "object",
                 "required": ["code", "message"],
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "examples": list(_REST_CODES),
+                    },
+                    "message": {"type": "string"},
+                },
             },
             "Requirements": {
                 "type": "object",
@@ -97,7 +111,11 @@ OPENAPI: dict[str, Any] = {
             "post": {
                 "summary": "Create a session: a slot now, or a place in the queue",
                 "description": "Attach a browser within attachWithinSeconds by sending the "
-                "`attach` message on /ws.",
+                "`attach` message on /ws; once attached, it must send its offer within the "
+                "server's offer timeout. Requirements that no registered worker can ever meet "
+                "are refused at once (503 `no_capacity`); with no worker registered at all the "
+                "session queues (a fleet scaling up from zero). Sessions and queue places count "
+                "against the token's subject and the client address (429 `too_many_sessions`).",
                 "requestBody": {
                     "content": {
                         "application/json": {
@@ -125,7 +143,12 @@ OPENAPI: dict[str, Any] = {
                     401,
                     403,
                     413,
-                ),  # fmt: skip
+                    415,
+                )  # fmt: skip
+                | {
+                    "429": _error("too_many_sessions: the subject or address is at its cap"),
+                    "503": _error("no_capacity: no registered worker can meet the requirements"),
+                },
             }
         },
         _SESSION_PATH: {
@@ -138,7 +161,7 @@ OPENAPI: dict[str, Any] = {
                 }
             ],
             "get": {
-                "summary": "A session of the caller's",
+                "summary": "A session of the caller's (an admin: any session)",
                 "responses": _responses(
                     {
                         "200": {
@@ -157,6 +180,8 @@ OPENAPI: dict[str, Any] = {
             },
             "delete": {
                 "summary": "End a session of the caller's (or take it out of the queue)",
+                "description": "Takes the owner's controller token (a viewer's is refused, "
+                "403 `forbidden`) or an admin token.",
                 "responses": _responses({"202": {"description": "Ending"}}, 401, 403, 404),
             },
         },

@@ -3,20 +3,23 @@ OpenAPI document that describes them (signaling/openapi.py)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from render_server.protocol.bus import EndRequested
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.requirements import parse_requirements
-from render_server.signaling.audit import audit
-from render_server.signaling.auth import BROWSER_ROLES, ROLES, Identity
+from render_server.signaling.access import Action, refusal
+from render_server.signaling.audit import audit_refusal
+from render_server.signaling.auth import BROWSER_ROLES, ROLES, SESSION_ROLES, Identity
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.edge import (
     MAX_REST_BODY,
+    UNSUPPORTED_MEDIA_TYPE,
     authenticate,
+    client_address,
     ctx_of,
     http_error,
     sessions_of,
@@ -24,32 +27,72 @@ from render_server.signaling.edge import (
 from render_server.signaling.openapi import OPENAPI
 from render_server.signaling.state.session_store import SessionRecord
 
+# a session's body nests 3 deep ({"requirements": {"labels": [...]}}); anything deeper is hostile
+REST_JSON_LIMITS = JsonLimits(max_bytes=MAX_REST_BODY, max_depth=8, max_items=256)
+
+
+def _check_content_type(request: web.Request) -> None:
+    """A JSON endpoint takes a body of `application/json` only (415 otherwise): text/plain and
+    form bodies are what a browser sends cross-site without a preflight (a "simple request"),
+    so a page of another site could otherwise post to the API of a server it cannot read. A
+    body without a Content-Type is refused too. (An empty body is an empty object, whatever
+    its declared type: clients send `application/octet-stream` with none.)
+
+    Should the API ever declare an upload endpoint, it accepts exactly the media types of its
+    declared model and refuses everything else the same way: never "any body at all"."""
+    declared = request.headers.get("Content-Type")
+    if declared is None or request.content_type != "application/json":
+        raise http_error(
+            415, UNSUPPORTED_MEDIA_TYPE,
+            f"the body must be application/json, not {declared or 'undeclared'}",
+        )  # fmt: skip
+
+
+async def _read_body(request: web.Request) -> bytes:
+    too_large = http_error(413, ErrorCode.TOO_LARGE, f"the body is over {MAX_REST_BODY} bytes")
+    if request.content_length is not None and request.content_length > MAX_REST_BODY:
+        raise too_large
+    body = bytearray()
+    try:
+        # read() returns what has arrived, not the whole body: read until its end
+        while chunk := await request.content.read(MAX_REST_BODY + 1 - len(body)):
+            body += chunk
+            if len(body) > MAX_REST_BODY:
+                raise too_large
+    except web.RequestPayloadError:  # a broken chunked or compressed encoding
+        raise http_error(400, ErrorCode.BAD_MESSAGE, "the body is malformed") from None
+    return bytes(body)
+
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_REST_BODY:
-        raise http_error(413, ErrorCode.TOO_LARGE, f"the body is over {MAX_REST_BODY} bytes")
-    raw = await request.content.read(MAX_REST_BODY + 1)
-    if len(raw) > MAX_REST_BODY:
-        raise http_error(413, ErrorCode.TOO_LARGE, f"the body is over {MAX_REST_BODY} bytes")
+    """The request's JSON object ({} for no body), read within REST_JSON_LIMITS."""
+    raw = await _read_body(request)
+    if not raw:
+        return {}
+    _check_content_type(request)
     if not raw.strip():
         return {}
     try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise http_error(400, ErrorCode.BAD_JSON, "the body is not valid JSON") from None
+        doc = read_json(raw, REST_JSON_LIMITS)
+    except ProtocolError as exc:
+        status = 413 if exc.code == ErrorCode.TOO_LARGE else 400
+        raise http_error(status, exc.code, exc.message) from None
     if not isinstance(doc, dict):
         raise http_error(400, ErrorCode.BAD_MESSAGE, "the body must be a JSON object")
     return doc
 
 
-async def _own_record(request: web.Request, identity: Identity) -> SessionRecord:
+async def _record_for(request: web.Request, identity: Identity, action: Action) -> SessionRecord:
+    """The session's record if this token may `action` it; 404, or 403 (audited)."""
     sid = request.match_info["session_id"]
     record = await ctx_of(request).store.get(sid)
     if record is None:
         raise http_error(404, ErrorCode.UNKNOWN_SESSION, "no such session")
-    if not identity.anonymous and record.owner != identity.subject:
-        audit("audit.api.refused", subject=identity.subject, session=sid)
-        raise http_error(403, ErrorCode.FORBIDDEN, "that session is not yours")
+    reason = refusal(identity, record, action)
+    if reason is not None:
+        audit_refusal("audit.api.refused", subject=identity.subject, role=identity.role,
+                      session=sid, action=action, reason=reason)  # fmt: skip
+        raise http_error(403, ErrorCode.FORBIDDEN, reason)
     return record
 
 
@@ -76,9 +119,20 @@ async def create_session(request: web.Request) -> web.Response:
         requirements = parse_requirements(body.get("requirements"))
     except ProtocolError as exc:
         raise http_error(400, exc.code, exc.message) from None
-    handle, token = await sessions_of(request).create(identity.subject, identity.role, requirements)
+    try:
+        handle, token = await sessions_of(request).create(
+            identity, client_address(request), requirements
+        )
+    except ProtocolError as exc:  # too_many_sessions: over the subject's or the address's cap
+        ctx.metrics.rejected.labels(exc.code).inc()
+        raise http_error(429, exc.code, exc.message) from None
     record = handle.record
     await handle.start()
+    if handle.end_reason == ErrorCode.NO_CAPACITY:  # no registered worker can ever serve it
+        ctx.metrics.rejected.labels(ErrorCode.NO_CAPACITY).inc()
+        raise http_error(
+            503, ErrorCode.NO_CAPACITY, "no registered worker can meet the requirements"
+        )
     handle.detach()  # nobody is attached yet: the browser has the grace period to come
     doc = await _describe(ctx, record)
     doc.update(
@@ -91,15 +145,15 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def get_session(request: web.Request) -> web.Response:
-    identity = authenticate(request, BROWSER_ROLES)
-    record = await _own_record(request, identity)
+    identity = authenticate(request, SESSION_ROLES)
+    record = await _record_for(request, identity, "read")
     return web.json_response(await _describe(ctx_of(request), record))
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    identity = authenticate(request, BROWSER_ROLES)
+    identity = authenticate(request, SESSION_ROLES)
     ctx = ctx_of(request)
-    record = await _own_record(request, identity)
+    record = await _record_for(request, identity, "end")
     handle = sessions_of(request).get(record.session_id)
     if handle is not None:
         await handle.end("ended_by_api")

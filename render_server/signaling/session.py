@@ -2,14 +2,20 @@
 
 A `SessionHandle` lives on the replica that holds the browser's socket (or that created the
 session over REST) and owns the session's channel subscription; the replica's `SessionTable`
-holds its handles. The browser's socket attaches to a handle and may drop and come back
-(`session.resume`, on this replica or another one) within the grace period; the worker's
-replies and the registry's news arrive on the session's channel.
+holds its handles and renews their records' leases in the store. The browser's socket attaches
+to a handle and may drop and come back (`session.resume`, on this replica or another one) within
+the grace period; the worker's replies and the registry's news arrive on the session's channel.
+
+The rules a session lives by: a subject and an address hold at most their caps of sessions
+(`SessionTable.create`); requirements no registered worker meets are refused at once; an attached
+browser offers within `offer_timeout_s` of the session opening, or the slot is freed; the role is
+the one of the token last presented (a resume with a viewer token makes a viewer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -46,11 +52,19 @@ from render_server.protocol.worker import (
     WorkerError,
     WorkerSessionEnded,
 )
-from render_server.signaling.audit import audit
+from render_server.signaling.audit import audit, audit_refusal
+from render_server.signaling.auth import Identity
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import WorkerRelay
-from render_server.signaling.state.session_store import SessionRecord, hash_token, new_resume_token
+from render_server.signaling.state.session_store import (
+    SessionCaps,
+    SessionRecord,
+    hash_token,
+    new_resume_token,
+)
 from render_server.signaling.turn import ice_servers_for
+
+log = logging.getLogger(__name__)
 
 Send = Callable[[ServerMessage], Awaitable[None]]
 
@@ -69,13 +83,30 @@ class SessionTable:
         return self._held.get(session_id)
 
     async def create(
-        self, owner: str, role: str, requirements: Requirements
+        self, identity: Identity, address: str, requirements: Requirements
     ) -> tuple[SessionHandle, str]:
-        """A new session's record, stored, with its handle (not started yet) and its resume
-        token: the store keeps only the token's hash."""
+        """A new session's record, stored and counted, with its handle (not started yet) and
+        its resume token (the store keeps only the token's hash); ProtocolError
+        `too_many_sessions` when the caller's subject or address is at its cap."""
         token = new_resume_token()
-        record = SessionRecord(uuid.uuid4().hex, owner, role, hash_token(token), requirements)
-        await self.ctx.store.put(record)
+        record = SessionRecord(
+            uuid.uuid4().hex, identity.subject, identity.role, hash_token(token), requirements,
+            address=address,
+        )  # fmt: skip
+        config = self.ctx.config
+        # anonymous callers all share one subject: only their addresses tell them apart
+        per_subject = 0 if identity.anonymous else config.max_sessions_per_subject
+        refused = await self.ctx.store.admit(
+            record, SessionCaps(per_subject, config.max_sessions_per_address)
+        )
+        if refused is not None:
+            audit_refusal("audit.session.too_many", subject=identity.subject, address=address,
+                          cap=refused.cap, held=refused.held, limit=refused.limit)  # fmt: skip
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_SESSIONS,
+                f"this {refused.cap} holds {refused.held} sessions (queue places included), "
+                f"the most allowed is {refused.limit}: end one first",
+            )
         return SessionHandle(self, record, resume_token=token), token
 
     def adopt(self, record: SessionRecord) -> SessionHandle:
@@ -83,8 +114,19 @@ class SessionTable:
         handle = self._held.get(record.session_id)
         if handle is None:
             return SessionHandle(self, record)
-        handle.record = record
+        handle.record = record  # the new generation, with the resuming token's role
+        handle.log = session_logger(__name__, record.session_id, role=record.role)
         return handle
+
+    async def keep_alive(self) -> None:
+        """Renew the leases of the sessions held here, for as long as the replica runs: a
+        replica that dies stops renewing, and its sessions stop counting within a lease."""
+        while True:
+            await asyncio.sleep(self.ctx.store.lease_s / 4)
+            try:
+                await self.ctx.store.renew(list(self._held))
+            except Exception:
+                log.exception("sessions.renew_failed")
 
     async def on_queue_changed(self, _: QueueChanged) -> None:
         """The queue moved: the queued sessions held here tell their browsers."""
@@ -121,17 +163,26 @@ class SessionHandle:
         self._send: Send | None = None
         self._open_timer: asyncio.Task[None] | None = None
         self._grace_timer: asyncio.Task[None] | None = None
+        self._offer_timer: asyncio.Task[None] | None = None
+        self.end_reason: str | None = None
         self._ice_servers: list[IceServer] = []
 
     # -- entry points -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """A new session: subscribe its channel, then claim a slot or join the queue."""
-        await self._subscribe()
-        audit("audit.session.start", session=self.session_id, owner=self.record.owner,
-              role=self.record.role)  # fmt: skip
-        self.ctx.metrics.sessions_started.inc()
-        await self._place()
+        """A new session: subscribe its channel, then claim a slot or join the queue; or end
+        it at once (`no_capacity`) when no registered worker could ever serve it."""
+        try:
+            await self._subscribe()
+            audit("audit.session.start", session=self.session_id, owner=self.record.owner,
+                  role=self.record.role, address=self.record.address)  # fmt: skip
+            self.ctx.metrics.sessions_started.inc()
+            await self._place(refuse_unservable=True)
+        except BaseException:
+            # neither held (its lease renewed for ever) nor counted against its owner
+            await self._let_go()
+            await self.ctx.store.delete(self.session_id)
+            raise
 
     async def take_over(self) -> None:
         """This replica now holds a session that was started elsewhere (a resume)."""
@@ -151,10 +202,19 @@ class SessionHandle:
             self._grace_timer.cancel()
             self._grace_timer = None
         self._send = send
+        self._arm_offer_deadline()  # a socket that comes back must offer again
 
-    def detach(self) -> None:
-        """The browser's socket is gone: end the session unless it comes back in time."""
+    def attached(self, send: Send) -> bool:
+        """Whether `send`'s socket holds the session (a resume elsewhere takes it away)."""
+        return self._send is not None and self._send == send
+
+    def detach(self, send: Send | None = None) -> None:
+        """The browser's socket (`send`'s, if given) is gone: end the session unless it comes
+        back in time. A socket that another one has taken the session from changes nothing."""
+        if send is not None and send != self._send:
+            return
         self._send = None
+        _cancel(self._offer_timer)  # the grace period bounds a session nobody is attached to
         if self.state == ENDED:
             return
         self._grace_timer = asyncio.get_running_loop().create_task(self._grace())
@@ -162,6 +222,7 @@ class SessionHandle:
     async def offer(self, sdp: str) -> None:
         if self.state != OPEN:
             raise ProtocolError(ErrorCode.BAD_ORDER, "the session is not ready for an offer yet")
+        _cancel(self._offer_timer)
         self.offered = True
         await self._to_worker(SessionOffer(self.session_id, sdp))
 
@@ -182,9 +243,17 @@ class SessionHandle:
 
     # -- placement --------------------------------------------------------------------------
 
-    async def _place(self) -> None:
-        ticket = await self.ctx.registry.request(self.session_id, self.record.requirements)
-        if ticket.claim is not None:
+    async def _place(self, refuse_unservable: bool = False) -> None:
+        ticket = await self.ctx.registry.request(
+            self.session_id, self.record.requirements, refuse_unservable
+        )
+        if ticket.unservable:
+            self.log.info("session.no_capacity", extra=self.record.requirements.as_dict())
+            await self._tell(
+                Error(ErrorCode.NO_CAPACITY, "no registered worker can meet the requirements")
+            )
+            await self._finish(ErrorCode.NO_CAPACITY)
+        elif ticket.claim is not None:
             self.ctx.metrics.claims.inc()
             await self._open_on(ticket.claim.worker_id)
         else:
@@ -240,6 +309,7 @@ class SessionHandle:
         if self._open_timer is not None:
             self._open_timer.cancel()
         self.state = OPEN
+        self._arm_offer_deadline()
         assert self.worker_id is not None
         await self._tell(
             SessionStarted(
@@ -249,6 +319,25 @@ class SessionHandle:
             )
         )  # fmt: skip
         self._resume_token = None
+
+    def _arm_offer_deadline(self) -> None:
+        """An open session with a browser attached: its offer is due (again) from now."""
+        _cancel(self._offer_timer)
+        if self.state == OPEN and self._send is not None:
+            self._offer_timer = asyncio.get_running_loop().create_task(self._offer_deadline())
+
+    async def _offer_deadline(self) -> None:
+        timeout = self.ctx.config.offer_timeout_s
+        await asyncio.sleep(timeout)
+        if self.state != OPEN or self._send is None:
+            return
+        self.log.warning("session.offer_timeout", extra={"worker": self.worker_id})
+        audit("audit.session.offer_timeout", session=self.session_id, owner=self.record.owner)
+        await self._tell(
+            Error(ErrorCode.OFFER_TIMEOUT, f"no offer within {timeout:g} s: the slot is freed")
+        )
+        # the worker closes the session and says so; the relay frees the slot then
+        await self.end(ErrorCode.OFFER_TIMEOUT)
 
     async def _worker_lost(self, reason: str) -> None:
         self.log.warning("session.worker_lost", extra={"worker": self.worker_id})
@@ -277,15 +366,18 @@ class SessionHandle:
     async def _finish(self, reason: str) -> None:
         if self.state == ENDED:
             return
-        self.state = ENDED
-        for timer in (self._open_timer, self._grace_timer):
-            if timer is not None and timer is not asyncio.current_task():
-                timer.cancel()
+        self.state, self.end_reason = ENDED, reason
+        for timer in (self._open_timer, self._grace_timer, self._offer_timer):
+            _cancel(timer)
         audit("audit.session.end", session=self.session_id, owner=self.record.owner, reason=reason)
         self.ctx.metrics.sessions_ended.labels(reason).inc()
-        await self._tell(SessionEnded(reason))
-        await self._let_go()
-        await self.ctx.store.delete(self.session_id)
+        try:
+            # forgotten (and no longer counted) before the browser hears of it: a browser told
+            # `session.ended` may start another at once, even at its cap
+            await self.ctx.store.delete(self.session_id)
+        finally:
+            await self._tell(SessionEnded(reason))
+            await self._let_go()
 
     async def _let_go(self) -> None:
         if self.table.let_go(self):
@@ -307,3 +399,9 @@ class SessionHandle:
     async def _tell(self, message: ServerMessage) -> None:
         if self._send is not None:
             await self._send(message)
+
+
+def _cancel(timer: asyncio.Task[None] | None) -> None:
+    """Cancel a timer, unless it is the task running this (it is ending on its own)."""
+    if timer is not None and timer is not asyncio.current_task():
+        timer.cancel()

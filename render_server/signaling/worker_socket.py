@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.signaling import Error
 from render_server.protocol.wire import encode_message
 from render_server.protocol.worker import (
@@ -26,6 +28,11 @@ from render_server.signaling.state.registry import WorkerInfo, WorkerStatus
 log = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 10.0
+# A worker's own traffic: a heartbeat every 2 s, and per session placed on it an `opened`, an
+# `answer` and an `ended`; a burst of sessions starting at once stays far below these.
+MESSAGE_RATE_PER_S = 200.0
+MESSAGE_BURST = 400
+MAX_VIOLATIONS = 100  # refused messages before the socket is closed, as on the browser socket
 
 
 class WorkerSocket:
@@ -37,19 +44,34 @@ class WorkerSocket:
         self.identity = identity
         self.info: WorkerInfo | None = None
         self.relay: WorkerRelay | None = None
+        self.violations = 0
+        self._bucket = TokenBucket(MESSAGE_RATE_PER_S, MESSAGE_BURST)
 
     async def run(self) -> None:
         try:
             if not await self._register():
                 return
             async for msg in self.ws:
-                if msg.type != WSMsgType.TEXT:
-                    continue
+                if self.violations >= MAX_VIOLATIONS:
+                    # a worker token is not a licence to flood its replica with garbage
+                    audit("audit.socket.closed", subject=self.identity.subject,
+                          reason="too many rejected messages")  # fmt: skip
+                    await self.ws.close(code=1008, message=b"too many rejected messages")
+                    break
                 try:
-                    await self._handle(parse_from_worker(msg.data))
+                    if not self._bucket.take(time.monotonic()):
+                        raise ProtocolError(
+                            ErrorCode.RATE_LIMITED, f"over {MESSAGE_RATE_PER_S:g} messages/s"
+                        )
+                    await self._receive(msg)
                 except ProtocolError as exc:
-                    self.ctx.metrics.rejected.labels(exc.code).inc()
-                    await self._send_text(encode_message(Error(exc.code, exc.message)))
+                    await self._reject(exc)
+                except Exception:  # a bug of ours: answered and logged; the socket stays open
+                    log.exception(
+                        "worker_socket.internal_error",
+                        extra={"worker": self.info.worker_id if self.info else None},
+                    )
+                    await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
         finally:
             if self.info is not None and self.relay is not None:
                 await self.ctx.channels.leave_worker(self.info.worker_id)
@@ -77,6 +99,19 @@ class WorkerSocket:
               subject=self.identity.subject)  # fmt: skip
         await self._send_text(encode_message(Registered(message.worker_id)))
         return True
+
+    async def _receive(self, msg: WSMessage) -> None:
+        if msg.type == WSMsgType.TEXT:
+            await self._handle(parse_from_worker(msg.data))
+        elif msg.type == WSMsgType.BINARY:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames")
+        # ERROR: aiohttp has closed the socket (over the transport limit: 1009; a text frame
+        # that is not UTF-8: 1007); the loop ends
+
+    async def _reject(self, exc: ProtocolError) -> None:
+        self.violations += 1
+        self.ctx.metrics.rejected.labels(exc.code).inc()
+        await self._send_text(encode_message(Error(exc.code, exc.message)))
 
     async def _handle(self, message: FromWorker) -> None:
         assert self.info is not None and self.relay is not None
