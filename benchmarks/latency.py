@@ -14,9 +14,9 @@ run, one after the other, the same way:
   `encode.x264.create_x264_encoder` (ultrafast, zerolatency, Constrained Baseline, keyframes
   only on request, the bitrate `StreamConfig.bitrate_for` gives the size and rate, REMB
   followed below it, PLI/FIR through the same rate-limited `KeyframeGate`). Each `av.Packet`
-  goes to aiortc the way our track hands it (`transport/track.py`): paced at the frame rate,
-  missed ticks dropped, input starting a frame at once but no sooner than one interval after
-  the last; H.264 only, and the same playout-delay extension negotiated and requested
+  goes to aiortc through our own track (`transport/track.py`'s `EncodedVideoTrack`): paced at
+  the frame rate, missed ticks dropped, input starting a frame at once but no sooner than one
+  interval after the last; H.264 only, and the same playout-delay extension negotiated and requested
   (`transport/playout_delay.py`).
 So the two differ in architecture only: no signaling server, no worker, no rendering on input.
 Both answer pings and send the same `timing` records, so the same meter (client/latency.js)
@@ -58,14 +58,13 @@ import av
 import numpy as np
 from aiohttp import web
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from render_server.config import Resolution, StreamConfig
 from render_server.encode.x264 import create_x264_encoder
 from render_server.protocol.timing import now_ms
 from render_server.stream.keyframes import KeyframeGate
 from render_server.tools.local_server import local_server
-from render_server.tools.measure.browser import CHROMIUM_ARGS, find_chromium
+from render_server.tools.measure.browser import CHROMIUM_ARGS, drag, find_chromium
 from render_server.tools.measure.client import LatencyClient, MeasureError
 from render_server.transport.playout_delay import (
     PLAYOUT_DELAY_URI,
@@ -74,11 +73,11 @@ from render_server.transport.playout_delay import (
 )
 from render_server.transport.rtcp_feedback import route_rtcp_feedback
 from render_server.transport.timing import FrameRecord, FrameTimingLog, watch_sent_packets
+from render_server.transport.track import EncodedVideoTrack
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "render_server" / "client"
 PATTERN_FRAMES = 60
 TIMING_EVERY_S = 0.1  # as the worker's sessions send them
-RTP_CLOCK = 90_000
 PLAYOUT_DELAY = "low"  # `serve`'s default, passed to ours explicitly and requested by the bare one
 STREAMING_TIMEOUT_MS = 30_000
 # x264's own account of its settings, in the SEI of the first IDR; what ultrafast + zerolatency
@@ -170,6 +169,16 @@ def x264_sei_options(access_unit: bytes) -> dict[str, str] | None:
     return {key: value for key, *rest in pairs for value in rest[:1]}
 
 
+@dataclass(frozen=True)
+class PatternCamera:
+    """What the bare session's next frame shows: a picture of the pattern, and the newest input
+    it reflects (-1: none newer than the last frame's)."""
+
+    index: int
+    seq: int
+    input_ms: float | None
+
+
 class PatternEncoder:
     """The bare session's frames: pre-made pictures, encoded on the session's one thread by
     our worker's libx264 encoder, with its keyframe gate and its rule for REMB."""
@@ -182,99 +191,34 @@ class PatternEncoder:
         self.x264: dict[str, str] | None = None  # from the first IDR's SEI
         self._estimate: int | None = None
         self._lock = threading.Lock()
+        # the last frame: its start and encode end (ms), keyframe or not, what it showed
+        self.last = (0.0, 0.0, False, PatternCamera(0, -1, None))
 
     def request_bitrate(self, bitrate: int) -> None:
         """REMB: aim at `bitrate` from the next frame on (the encoder caps it, as ours)."""
         with self._lock:
             self._estimate = bitrate
 
-    def produce(self, index: int, pts: int) -> tuple[av.Packet | None, float, float, bool]:
-        """(packet, start ms, encoded ms, keyframe) of picture `index`; on the session thread."""
+    # what `transport.track.EncodedVideoTrack` asks of a frame source (ours: the pipeline)
+    cheap = False  # encode on the session's thread, as our pipeline does
+
+    def is_still(self, camera: PatternCamera) -> bool:
+        return False  # the pattern moves on every frame: no idle repeats
+
+    def produce(self, camera: PatternCamera, pts: int) -> av.Packet | None:
+        """Picture `camera.index`, encoded; on the session thread. `last` keeps what the
+        frame's timing record needs."""
         start = now_ms()
         with self._lock:
             estimate, self._estimate = self._estimate, None
         if estimate is not None:
             self.encoder.set_bitrate(estimate)
         keyframe = self.keyframes.take(time.monotonic())
-        packet = self.encoder.encode(self.frames[index], pts, keyframe=keyframe)
-        encoded = now_ms()
+        packet = self.encoder.encode(self.frames[camera.index], pts, keyframe=keyframe)
+        self.last = (start, now_ms(), keyframe, camera)
         if packet is not None and keyframe and self.x264 is None:
             self.x264 = x264_sei_options(bytes(packet))
-        return packet, start, encoded, keyframe
-
-
-class PatternTrack(MediaStreamTrack):
-    """One encoded `av.Packet` per frame for aiortc to packetize, paced like our track: ticks
-    at `fps`, missed ticks dropped, input (`poke`) starting a frame at once but no sooner than
-    one interval after the last. Each frame's timing record goes to `log` when it is handed."""
-
-    kind = "video"
-
-    def __init__(
-        self,
-        source: PatternEncoder,
-        fps: float,
-        steering: _Steering,
-        log: FrameTimingLog,
-        executor: ThreadPoolExecutor,
-    ) -> None:
-        super().__init__()
-        self.source, self.steering, self.log, self.executor = source, steering, log, executor
-        self._interval = 1.0 / fps
-        self._next_tick: float | None = None
-        self._last_sent = -float("inf")
-        self._waiter: asyncio.Future[bool] | None = None
-        self._t0 = time.monotonic()
-        self._n = 0
-
-    def poke(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(True)
-
-    async def _wait(self, seconds: float) -> bool:
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(seconds, lambda: waiter.done() or waiter.set_result(False))
-        try:
-            return bool(await waiter)
-        finally:
-            timer.cancel()
-            self._waiter = None
-
-    async def recv(self) -> av.Packet:
-        loop = asyncio.get_running_loop()
-        while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            now = loop.time()
-            if self._next_tick is None:
-                self._next_tick = now
-            wait = self._next_tick - now
-            if wait > 0:
-                if await self._wait(wait):
-                    earliest = self._last_sent + self._interval
-                    if loop.time() < earliest:
-                        await asyncio.sleep(earliest - loop.time())
-                    self._next_tick = loop.time()
-            elif -wait > self._interval:
-                self._next_tick += int(-wait / self._interval) * self._interval
-            self._next_tick += self._interval
-            self._last_sent = loop.time()
-            pts = int((time.monotonic() - self._t0) * RTP_CLOCK)
-            seq, input_ms = self.steering.take()
-            self._n += 1
-            index = (self._n + int(self.steering.pan * 30)) % len(self.source.frames)
-            packet, start, encoded, keyframe = await loop.run_in_executor(
-                self.executor, self.source.produce, index, pts
-            )
-            if self.readyState != "live":
-                raise MediaStreamError
-            if packet is not None:
-                self.log.handed(
-                    FrameRecord(pts, seq, input_ms, start, start, encoded, now_ms(), packet.size,
-                                keyframe)
-                )  # fmt: skip
-                return packet
+        return packet
 
 
 def pattern_frames(width: int, height: int, count: int = PATTERN_FRAMES) -> list[av.VideoFrame]:
@@ -323,7 +267,28 @@ async def _bare_session(request: web.Request) -> web.Response:
     source = PatternEncoder(app["frames"], app["fps"], app["bitrate"])
     executor = ThreadPoolExecutor(1, thread_name_prefix="bare-session")
     app["executors"].append(executor)
-    track = PatternTrack(source, app["fps"], steering, log, executor)
+    frame_count = 0
+
+    def camera_for_frame(dt: float) -> PatternCamera:
+        nonlocal frame_count
+        frame_count += 1
+        seq, input_ms = steering.take()
+        index = (frame_count + int(steering.pan * 30)) % len(source.frames)
+        return PatternCamera(index, seq, input_ms)
+
+    def handed(packet: av.Packet, handed_ms: float) -> None:
+        start, encoded, keyframe, shot = source.last
+        record = FrameRecord(
+            pts=int(packet.pts or 0), seq=shot.seq, input_ms=shot.input_ms, start_ms=start,
+            rendered_ms=start, encoded_ms=encoded, handed_ms=handed_ms, bytes=packet.size,
+            keyframe=keyframe,
+        )  # fmt: skip
+        log.handed(record)
+
+    # our own track: the same pacing, tick dropping and poke as a session of ours
+    track = EncodedVideoTrack(
+        source, app["fps"], camera_for_frame, executor, handed, idle_fps=app["fps"]
+    )
     bare.encoders.append(source)
 
     @pc.on("datachannel")
@@ -498,7 +463,7 @@ def measure_in_chromium(url: str, seconds: float, viewport: tuple[int, int]) -> 
             )
             page.wait_for_timeout(700)  # the first pings align the clocks
             page.evaluate(OPEN_WINDOW_JS)
-            _drag(page, seconds, width, height)
+            drag(page, seconds, width, height)
             page.evaluate(CLOSE_WINDOW_JS)
             page.wait_for_timeout(600)  # the last timing records arrive
             summary: dict[str, Any] = page.evaluate(SUMMARY_JS)
@@ -507,21 +472,6 @@ def measure_in_chromium(url: str, seconds: float, viewport: tuple[int, int]) -> 
     if not summary.get("frames"):
         raise MeasureError(f"{url}: Chromium displayed no frame with a timing record")
     return summary
-
-
-def _drag(page: Any, seconds: float, width: int, height: int) -> None:
-    """Hold the left button and sweep across the middle, back and forth."""
-    x, y, swing = width / 2, height / 2, width / 6
-    page.mouse.move(x, y)
-    page.mouse.down()
-    deadline = time.monotonic() + seconds
-    direction = 1
-    try:
-        while time.monotonic() < deadline:
-            page.mouse.move(x + swing * direction, y, steps=12)
-            direction = -direction
-    finally:
-        page.mouse.up()
 
 
 async def measure_in_python(url: str, seconds: float) -> dict[str, Any]:
