@@ -2,7 +2,8 @@
 
     python benchmarks/pipeline.py [--frames 90] [--resolutions 1280x720,1920x1080]
 
-Stages per frame: render (CPU rasterizer, one thread), convert (RGB → YUV 4:2:0), encode (the
+Stages per frame: render (the CPU rasterizer as a session runs it: visibility on the calling
+thread, shading in bands of rows on the shared pool), convert (RGB → YUV 4:2:0), encode (the
 project's libx264 encoder, `encode.x264.create_x264_encoder`), packetize (aiortc's H.264
 packetizer + RTP serialization). The camera orbits so every frame is rendered anew. The baseline,
 measured in the same run over the same number of frames, is a bare PyAV libx264 context with the
@@ -16,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import fractions
-import os
 import time
-
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import av  # noqa: E402
 from aiortc.codecs.h264 import H264Encoder  # noqa: E402
