@@ -4,7 +4,7 @@ spheres for load tests."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +16,6 @@ from trimesh.visual.texture import TextureVisuals
 
 from render_server.render.scene import FLOOR_MATERIAL, Material, Scene
 from render_server.render.scene_files import scene_from_trimesh
-
-# trimesh gives these no annotations: the names below give them the types this module relies on
-_export: Callable[..., bytes] = trimesh.Scene.export  # (scene, file_type="glb", ...) → the file
-_pbr_material: Callable[..., PBRMaterial] = PBRMaterial
-_texture_visuals: Callable[..., TextureVisuals] = TextureVisuals
-# (radians, axis) → the 4×4 float64 rotation about the axis through the origin
-_rotation: Callable[[float, tuple[float, float, float]], np.ndarray] = rotation_matrix
 
 
 def default_scene() -> Scene:
@@ -37,7 +30,9 @@ def default_scene() -> Scene:
 
 def export_default_scene(path: str | Path) -> None:
     """Write the built-in scene as a binary glTF (.glb) file."""
-    data = _export(_default_trimesh_scene(), file_type="glb", include_normals=True)
+    data: bytes = _default_trimesh_scene().export(  # type: ignore[no-untyped-call]
+        file_type="glb", include_normals=True
+    )
     Path(path).write_bytes(data)
 
 
@@ -52,7 +47,7 @@ def sphere_field(spheres_per_side: int = 7, subdivisions: int = 5) -> Scene:
         Material("clay", (0.7, 0.3, 0.2), 0.7, 0.0, False),
         Material("steel", (0.8, 0.8, 0.85), 0.25, 1.0, False),
         Material("jade", (0.2, 0.6, 0.4), 0.4, 0.0, False),
-        Material("ground", (0.45, 0.43, 0.4), 0.85, 0.0, False),
+        replace(FLOOR_MATERIAL, name="ground"),
     ]
     positions, normals, ids = [], [], []
     for k in range(spheres_per_side**2):
@@ -74,10 +69,11 @@ def sphere_field(spheres_per_side: int = 7, subdivisions: int = 5) -> Scene:
 
 def _default_trimesh_scene() -> trimesh.Scene:
     """The built-in scene as a trimesh scene graph (one node per shape, +Y up, metres)."""
-    z_to_y = _rotation(-math.pi / 2, (1, 0, 0))  # trimesh builds round shapes along +Z
+    # trimesh builds round shapes along +Z
+    z_to_y: np.ndarray = rotation_matrix(-math.pi / 2, (1, 0, 0))  # type: ignore[no-untyped-call]
 
     def place(x: float, y: float, z: float, turn: float = 0.0) -> np.ndarray:
-        m = _rotation(turn, (0, 1, 0))
+        m: np.ndarray = rotation_matrix(turn, (0, 1, 0))  # type: ignore[no-untyped-call]
         m[:3, 3] = (x, y, z)
         return m
 
@@ -131,7 +127,7 @@ def _default_trimesh_scene() -> trimesh.Scene:
     for name, mesh, transform, material in shapes:
         smooth = mesh if name == "ground" else mesh.smooth_shaded
         smooth.vertex_normals  # noqa: B018  (reading caches them: they count as the file's)
-        smooth.visual = _texture_visuals(material=material)
+        smooth.visual = TextureVisuals(material=material)  # type: ignore[no-untyped-call]
         scene.add_geometry(smooth, node_name=name, geom_name=name, transform=transform)
     return scene
 
@@ -139,7 +135,7 @@ def _default_trimesh_scene() -> trimesh.Scene:
 def _pbr(
     name: str, color: tuple[float, float, float], roughness: float, metallic: float
 ) -> PBRMaterial:
-    return _pbr_material(
+    return PBRMaterial(  # type: ignore[no-untyped-call]
         name=name,
         baseColorFactor=[*color, 1.0],
         roughnessFactor=roughness,

@@ -157,8 +157,8 @@ class OrbitCamera:
 
     def view_projection(self, aspect: float) -> np.ndarray:
         """World → clip space (4, 4) float64."""
-        # numpy types a product of untyped arrays as Any; both are float64
-        return np.asarray(self.projection_matrix(aspect) @ self.view_matrix(), dtype=np.float64)
+        vp: np.ndarray = self.projection_matrix(aspect) @ self.view_matrix()  # both float64
+        return vp
 
     # -- snapshots ------------------------------------------------------------------------------
 

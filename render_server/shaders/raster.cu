@@ -33,8 +33,13 @@
 #define EMPTY_DEPTH (-3.0e38f)  // raster.EMPTY_DEPTH: a depth no drawn pixel has
 #endif
 
-#define PLANE_WIDTH 10   // barycentric planes per triangle (raster.PLANE_WIDTH)
-#define DEPTH_WIDTH 3    // depth plane d_i, d_j, d_c per triangle
+#ifndef PLANE_WIDTH
+#define PLANE_WIDTH 10  // barycentric planes per triangle (raster.PLANE_WIDTH)
+#endif
+#ifndef DEPTH_WIDTH
+#define DEPTH_WIDTH 3  // depth plane d_i, d_j, d_c per triangle (kernels.DEPTH_WIDTH)
+#endif
+
 #define JOB_INTS 8       // tid, x0, y0, x1, y1, x2, y2 (fixed point, clockwise), rows
 #define SMALL_JOB_PIXELS 128  // bounding boxes up to this many pixels: one thread
 #define BAND_ROWS 8      // rows per large job: one warp each in a block of 256 threads

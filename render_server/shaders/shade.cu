@@ -34,9 +34,16 @@
 #define LUT_MAX 16.0  // shading.LUT_MAX
 #endif
 
-#define PLANE_WIDTH 10     // raster.PLANE_WIDTH: the planes of raster.visibility
+#ifndef PLANE_WIDTH
+#define PLANE_WIDTH 10  // raster.PLANE_WIDTH: the planes of raster.visibility
+#endif
+#ifndef TRIANGLE_WIDTH
 #define TRIANGLE_WIDTH 18  // prepare.TRIANGLE_WIDTH: corner normals, shadow u, v, depth
+#endif
+#ifndef MATERIAL_WIDTH
 #define MATERIAL_WIDTH 21  // lighting.MATERIAL_WIDTH
+#endif
+
 #define VIEW_OFFSET 16     // frame[16:30]: prepare.view_constants() (rays, eye, floor y, offset)
 
 // Index of linear radiance x (float64) in the tone-mapping LUT: shading._lut_index.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from render_server.render.cpu.shading import LUT_MAX, LUT_SIZE
-from render_server.render.scene import FLOOR_MATERIAL, Scene
+from render_server.render.scene import FLOOR_MATERIAL, Scene, linear_to_srgb
 
 EXPOSURE = 0.6
 
@@ -80,5 +80,4 @@ def tone_lut() -> np.ndarray:
     """Linear radiance (indexed by its square root) → ACES-fit tone mapped sRGB byte."""
     x = (np.arange(LUT_SIZE) / (LUT_SIZE - 1)) ** 2 * LUT_MAX * EXPOSURE
     mapped = np.clip((x * (2.51 * x + 0.03)) / (x * (2.43 * x + 0.59) + 0.14), 0.0, 1.0)
-    srgb = np.where(mapped <= 0.0031308, 12.92 * mapped, 1.055 * mapped ** (1 / 2.4) - 0.055)
-    return np.round(srgb * 255.0).astype(np.uint8)
+    return np.round(linear_to_srgb(mapped) * 255.0).astype(np.uint8)

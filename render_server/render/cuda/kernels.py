@@ -2,8 +2,8 @@
 and each entry point's launch shape and parameters.
 
 The kernels (render_server/shaders/*.cu) follow the CPU renderer's code operation for
-operation; the constants they share with it come from the CPU modules as -D flags, so those
-modules stay their one source.
+operation; the constants they share with it, and the widths of the tables the host fills for
+them, come from the Python modules as -D flags, so those modules stay their one source.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from render_server.render.cpu import raster, shading
+from render_server.render.cpu import lighting, prepare, raster, shading
 
 SHADERS_DIR = Path(__file__).resolve().parents[2] / "shaders"  # render_server/shaders
 SHADER_FILES = ("raster.cu", "shade.cu", "convert.cu")
@@ -21,6 +21,9 @@ COMMON_HEADER = "common.cuh"
 # fastmath), and without contraction the GPU computes exactly what the host emulation
 # computes. Costs the shading a few percent of its arithmetic.
 NVCC_OPTIONS = ("--fmad=false",)
+# Doubles per triangle in the depth-plane table `setup` writes for the rasterizers (d_i, d_j,
+# d_c): the GPU renderer's own layout, which `launch` allocates.
+DEPTH_WIDTH = 3
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ KERNELS = {
 
 
 def shader_defines() -> dict[str, str]:
-    """The constants the kernels share with the CPU renderer's kernels, as -D flags."""
+    """The constants the kernels share with the CPU renderer's kernels and the widths of the
+    tables the host fills for them, as -D flags."""
     return {
         "SUBPIXEL": str(raster.SUBPIXEL),
         "GUARD_BAND": repr(float(raster.GUARD_BAND)),
@@ -66,6 +70,10 @@ def shader_defines() -> dict[str, str]:
         "COARSE": str(shading.COARSE),
         "LUT_SIZE": str(shading.LUT_SIZE),
         "LUT_MAX": repr(float(shading.LUT_MAX)),
+        "PLANE_WIDTH": str(raster.PLANE_WIDTH),
+        "DEPTH_WIDTH": str(DEPTH_WIDTH),
+        "TRIANGLE_WIDTH": str(prepare.TRIANGLE_WIDTH),
+        "MATERIAL_WIDTH": str(lighting.MATERIAL_WIDTH),
     }
 
 

@@ -30,14 +30,13 @@ from render_server.render.camera import OrbitCamera
 from render_server.render.cpu.prepare import VIEW_WIDTH, prepare_scene, view_constants
 from render_server.render.cpu.raster import PLANE_WIDTH
 from render_server.render.cpu.shading import TILE
-from render_server.render.cuda.kernels import KERNELS, KernelSpec
+from render_server.render.cuda.kernels import DEPTH_WIDTH, KERNELS, KernelSpec
 from render_server.render.protocol import check_frame_size
 from render_server.render.scene import Scene
 
 PIX_FMTS = ("nv12", "yuv420p")
 FRAME_DOUBLES = 32  # frame constants: vp (16, row-major), then view_constants (14), padding
 JOB_BYTES = 32  # 8 int32: triangle, three fixed-point corners, rows (raster.cu JOB_INTS)
-DEPTH_WIDTH = 3
 MAX_JOBS = 1 << 27  # 4 GiB of jobs: a scene past this is refused rather than allocated
 # NV12 frames left in device memory, used in turn: the encoder may still hold the frame before
 # last (a still camera re-encodes the last picture) while the next one is drawn

@@ -141,8 +141,8 @@ class CudaRenderer(KernelRenderer):
     def __init__(self, scene: Scene, width: int, height: int, device: int = 0) -> None:
         check_frame_size(width, height)
         backend = PyCudaBackend(device)
-        self.device_name = backend.device_name  # the GPU's name, as the driver gives it
         try:
+            self.device_name = backend.device_name  # the GPU's name, as the driver gives it
             super().__init__(backend, scene, width, height)
         except BaseException:
             backend.close()
