@@ -12,7 +12,7 @@ import pytest
 from render_server.protocol.wire import MAX_MESSAGE_BYTES
 from render_server.tools.viewer import Viewer
 
-from .support import ServerFactory, ws_url
+from .support import ServerFactory, receive, ws_url
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,12 +29,6 @@ ANY_ID = _AnySessionId()
 
 def frame(**fields: Any) -> str:
     return json.dumps({"v": 1, **fields})
-
-
-async def receive(ws: aiohttp.ClientWebSocketResponse, timeout: float = 10.0) -> dict[str, Any]:
-    msg = await ws.receive(timeout=timeout)
-    assert msg.type == aiohttp.WSMsgType.TEXT, msg
-    return json.loads(msg.data)  # type: ignore[no-any-return]
 
 
 async def expect_error(ws: aiohttp.ClientWebSocketResponse, payload: str, code: str) -> None:
@@ -251,3 +245,33 @@ async def test_a_session_that_never_connects_frees_its_slot(start_server: Server
         assert (await receive(ws)) == {"v": 1, "type": "session.ended", "reason": "connect_timeout"}
         await ws.send_str(frame(type="session.start"))
         assert (await receive(ws))["type"] == "session.started"
+
+
+async def test_a_session_whose_worker_is_lost_while_closing_it_ends_there(
+    start_server: ServerFactory,
+) -> None:
+    """The browser ended its session; the worker never answered the close and then went away.
+    The session ends as asked: it is not placed again, where it would hold a slot (or a queue
+    place) until the next worker's connect timeout."""
+    server = await start_server()
+    worker_url = str(server.make_url("/worker")).replace("http://", "ws://")
+    async with aiohttp.ClientSession() as http:
+        mute = await http.ws_connect(worker_url)
+        await mute.send_str(frame(type="worker.register", workerId="mute", slots=1,
+                                  labels=["mute"]))  # fmt: skip
+        assert (await receive(mute))["type"] == "worker.registered"
+        async with http.ws_connect(ws_url(server)) as browser:
+            await browser.send_str(frame(type="session.start", requirements={"labels": ["mute"]}))
+            opened = await receive(mute)
+            assert opened["type"] == "session.open"
+            await mute.send_str(
+                frame(type="session.opened", sessionId=opened["sessionId"], width=64, height=64,
+                      fps=5, codec="H264")
+            )  # fmt: skip
+            assert (await receive(browser))["type"] == "session.started"
+            await browser.send_str(frame(type="session.end"))
+            closing = await receive(mute)
+            assert closing["type"] == "session.close"
+            await mute.close()  # gone without an answer
+            ended = await receive(browser)
+            assert ended == {"v": 1, "type": "session.ended", "reason": "client_ended"}, ended

@@ -15,8 +15,8 @@ types) is read as this version, so replicas can be upgraded one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
@@ -25,6 +25,7 @@ from render_server.protocol.wire import (
     RELAYED_MESSAGE_BYTES,
     Document,
     WireMessage,
+    check_document,
     int_field,
     parse_document,
     reason_field,
@@ -38,6 +39,8 @@ from render_server.protocol.worker import (
     SessionReply,
     SessionRequest,
 )
+
+T = TypeVar("T")
 
 MAX_WORKER_ID_CHARS: Final = 256  # `serve`'s own worker is named after the host: no NAME check
 # The largest bus message relays a socket's message (an offer, an answer) re-encoded; they nest
@@ -98,17 +101,6 @@ _QUEUE_NEWS: dict[str, Callable[[Document], QueueChanged]] = {
 }
 
 
-def _checked(doc: Any) -> Document:
-    if not isinstance(doc, dict):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a bus message must be a JSON object")
-    version = doc.get("v", PROTOCOL_VERSION)
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(
-            ErrorCode.UNSUPPORTED_VERSION, f"bus message of protocol version {version!r}"
-        )
-    return doc
-
-
 def decode_bus_message(data: str | bytes) -> dict[str, Any]:
     """The JSON object a bus message travels as, off the wire (its type is checked later, by the
     parser of its channel), or ProtocolError."""
@@ -118,19 +110,25 @@ def decode_bus_message(data: str | bytes) -> dict[str, Any]:
     return doc
 
 
+def _parse(doc: Any, parsers: Mapping[str, Callable[[Document], T]]) -> T:
+    # any JSON value (a channel's parser is public): the object check, and the version, where a
+    # document without `v` (an older replica's) is read as this version
+    return parse_document(check_document(doc, default_version=PROTOCOL_VERSION), parsers)
+
+
 def parse_session_news(doc: Any) -> SessionNews:
     """A message of a session's channel, or ProtocolError."""
-    return parse_document(_checked(doc), _SESSION_NEWS)
+    return _parse(doc, _SESSION_NEWS)
 
 
 def parse_queue_news(doc: Any) -> QueueChanged:
     """A message of the queue channel, or ProtocolError."""
-    return parse_document(_checked(doc), _QUEUE_NEWS)
+    return _parse(doc, _QUEUE_NEWS)
 
 
 def parse_session_request(doc: Any) -> SessionRequest:
     """A message of a worker's channel, or ProtocolError."""
-    return parse_document(_checked(doc), SESSION_REQUESTS)
+    return _parse(doc, SESSION_REQUESTS)
 
 
 def to_bus(message: BusMessage) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, Final, Protocol
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.wire import Document, labels_field, optional_name
 
-RESOLUTION: Final = re.compile(r"\d{2,5}x\d{2,5}")
+RESOLUTION: Final = re.compile(r"[0-9]{2,5}x[0-9]{2,5}")  # ASCII: `\d` takes any script's digits
 # The largest frame the protocol knows: H.264 level 6.2's (config.py's stream limits too). A
 # requirement above it can never be met by any worker, now or later: refused as malformed.
 MAX_WIDTH: Final = 7680

@@ -64,11 +64,12 @@ def decode_document(data: str | bytes, limits: JsonLimits = SOCKET_JSON) -> dict
     return check_document(read_json(data, limits))
 
 
-def check_document(doc: Any) -> dict[str, Any]:
-    """The object and version checks of a JSON value read off a socket."""
+def check_document(doc: Any, default_version: int | None = None) -> dict[str, Any]:
+    """The object and version checks of a JSON value read off a socket (or the bus, where a
+    document without `v` is read as `default_version`)."""
     if not isinstance(doc, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "message must be a JSON object")
-    version = doc.get("v")
+    version = doc.get("v", default_version)
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION,

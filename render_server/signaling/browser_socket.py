@@ -5,17 +5,12 @@ the token's subject and the socket's client address (`SessionTable.create`)."""
 
 from __future__ import annotations
 
-import logging
-import time
-
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
 from render_server.protocol.bus import Resumed
 from render_server.protocol.errors import ErrorCode, ProtocolError
-from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.signaling import (
     ClientMessage,
-    Error,
     IceCandidate,
     Offer,
     ServerMessage,
@@ -25,15 +20,14 @@ from render_server.protocol.signaling import (
     parse_client_message,
 )
 from render_server.protocol.wire import encode_message
+from render_server.signaling.access import refusal
 from render_server.signaling.audit import audit, audit_refusal
 from render_server.signaling.auth import Identity
+from render_server.signaling.message_guard import MessageGuard
 from render_server.signaling.session import ENDED, SessionHandle, SessionTable
-
-log = logging.getLogger(__name__)
 
 MESSAGE_RATE_PER_S = 20.0
 MESSAGE_BURST = 60  # a burst of trickled ICE candidates
-MAX_VIOLATIONS = 100  # rejected messages before the socket is closed
 
 
 class BrowserConnection:
@@ -50,37 +44,44 @@ class BrowserConnection:
         self.identity = identity
         self.address = address  # edge.client_address of the upgrade request
         self.handle: SessionHandle | None = None
-        self.violations = 0
-        self._bucket = TokenBucket(MESSAGE_RATE_PER_S, MESSAGE_BURST)
-        self._rate_noticed = False
+        self.guard = MessageGuard(
+            ws, self.ctx.metrics, identity.subject, channel="signaling",
+            rate_per_s=MESSAGE_RATE_PER_S, burst=MESSAGE_BURST,
+        )  # fmt: skip
 
     async def run(self) -> None:
         try:
             async for msg in self.ws:
+                message: ClientMessage | None = None
                 try:
-                    await self._receive(msg)
+                    message = self._read(msg)
+                    if message is not None:
+                        await self._dispatch(message)
+                        self.ctx.metrics.messages.labels(message.type).inc()
+                except ProtocolError as exc:
+                    await self.guard.reject(exc)
                 except Exception:  # a bug of ours: answered and logged; the socket stays open
-                    session = self.handle.session_id if self.handle is not None else None
-                    log.exception(
-                        "signaling.internal_error",
-                        extra={"frame": msg.type.name, "session": session},
+                    await self.guard.internal_error(
+                        frame=msg.type.name,
+                        type=message.type if message is not None else None,
+                        session=self.handle.session_id if self.handle is not None else None,
                     )
-                    await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
-                if self.violations >= MAX_VIOLATIONS:
-                    audit("audit.socket.closed", subject=self.identity.subject,
-                          reason="too many rejected messages")  # fmt: skip
-                    await self.ws.close(code=1008, message=b"too many rejected messages")
+                if self.guard.exhausted:
+                    await self.guard.close()
                     break
         finally:
             if self.handle is not None and self.handle.state != ENDED:
                 self.handle.detach(self._send)
 
-    async def _receive(self, msg: WSMessage) -> None:
+    def _read(self, msg: WSMessage) -> ClientMessage | None:
+        """The message of a text frame (within the rate), or ProtocolError; None for a frame
+        that carries none."""
         if msg.type == WSMsgType.TEXT:
-            await self._handle(msg.data)
-        elif msg.type == WSMsgType.BINARY:
-            await self._reject(ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames"))
-        elif msg.type == WSMsgType.ERROR:
+            self.guard.admit()
+            return parse_client_message(msg.data)
+        if msg.type == WSMsgType.BINARY:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames")
+        if msg.type == WSMsgType.ERROR:
             # aiohttp has closed the socket: over the transport limit (1009) or, as RFC 6455
             # wants, a text frame that is not UTF-8 (1007)
             too_big = getattr(msg.data, "code", None) == WSCloseCode.MESSAGE_TOO_BIG
@@ -89,30 +90,7 @@ class BrowserConnection:
             ).inc()
             audit("audit.socket.closed", subject=self.identity.subject,
                   reason=str(msg.data)[:200])  # fmt: skip
-
-    async def _handle(self, data: str) -> None:
-        if not self._bucket.take(time.monotonic()):
-            if not self._rate_noticed:  # one audit line per burst, not one per message
-                audit("audit.rate_limited", subject=self.identity.subject, channel="signaling")
-            self._rate_noticed = True
-            await self._reject(
-                ProtocolError(ErrorCode.RATE_LIMITED, f"over {MESSAGE_RATE_PER_S:g} messages/s")
-            )
-            return
-        self._rate_noticed = False
-        try:
-            message = parse_client_message(data)
-        except ProtocolError as exc:
-            await self._reject(exc)
-            return
-        try:
-            await self._dispatch(message)
-            self.ctx.metrics.messages.labels(message.type).inc()
-        except ProtocolError as exc:
-            await self._reject(exc)
-        except Exception:
-            log.exception("signaling.internal_error", extra={"type": message.type})
-            await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
+        return None
 
     async def _dispatch(self, message: ClientMessage) -> None:
         handle = self.handle if self.handle is not None and self.handle.state != ENDED else None
@@ -151,9 +129,9 @@ class BrowserConnection:
         record = await self.ctx.store.get(sid)
         if record is None:
             raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "no such session (it may have ended)")
-        if not record.token_matches(message.resume_token) or (
-            not self.identity.anonymous and record.owner != self.identity.subject
-        ):
+        # the owner's check (an admin opens no socket: BROWSER_ROLES), and the resume secret
+        refused = refusal(self.identity, record, "read")
+        if refused is not None or not record.token_matches(message.resume_token):
             audit_refusal("audit.resume.refused", subject=self.identity.subject, session=sid)
             raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not yours")
         # the session takes this token's role: a viewer's token resumes it as a viewer's
@@ -169,17 +147,5 @@ class BrowserConnection:
         handle.attach(self._send)
         await handle.take_over()
 
-    async def _reject(self, exc: ProtocolError) -> None:
-        self.violations += 1
-        self.ctx.metrics.rejected.labels(exc.code).inc()
-        if exc.code == ErrorCode.TOO_LARGE:
-            audit_refusal("audit.message.too_large", subject=self.identity.subject)
-        log.info("signaling.rejected", extra={"code": exc.code, "detail": exc.message[:200]})
-        await self._send(Error(exc.code, exc.message))
-
     async def _send(self, message: ServerMessage) -> None:
-        if not self.ws.closed:
-            try:
-                await self.ws.send_str(encode_message(message))
-            except (ConnectionError, RuntimeError):
-                pass  # the socket went away while we answered; `run` cleans up
+        await self.guard.send(encode_message(message))

@@ -80,9 +80,6 @@ class ConnectionGuard:
         self._refusals = Throttled()
         self.notices = Throttled(log)  # header timeouts and malformed requests
 
-    def open_from(self, peer: str) -> int:
-        return self._by_peer[peer]
-
     def admit(self, peer: str) -> bool:
         """Count a new connection from `peer`, or refuse it (False) over a cap."""
         if self.total >= self.limits.max_total:

@@ -1,5 +1,6 @@
 """What every HTTP request of a signaling replica meets first: the app's shared state, the
-caller's identity, the Origin and Host checks, and errors as JSON documents."""
+caller's identity and address, and errors as JSON documents (the Origin and Host checks are the
+`request_guard` middleware's)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from render_server.signaling.audit import audit_refusal
 from render_server.signaling.auth import AuthError, Identity, Role, token_from_headers
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.forwarded import forwarded_client
-from render_server.signaling.origin import origin_allowed
 from render_server.signaling.session import SessionTable
 
 MAX_REST_BODY = 4096
@@ -60,19 +60,6 @@ def http_error(status: int, code: str, message: str) -> web.HTTPException:
         content_type="application/json",
         **kwargs,
     )
-
-
-def check_origin(request: web.Request) -> None:
-    ctx = ctx_of(request)
-    config = ctx.config
-    ok, reason = origin_allowed(
-        request.headers.get("Origin"), request.headers.get("Host"), config.host,
-        config.allowed_origins,
-    )  # fmt: skip
-    if not ok:
-        ctx.metrics.rejected.labels("origin").inc()
-        audit_refusal("audit.origin.refused", reason=reason, peer=request.remote)
-        raise http_error(403, ORIGIN, reason)
 
 
 def client_address(request: web.Request) -> str:

@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from render_server.metrics import CONTENT_TYPE_LATEST
 from render_server.signaling.edge import ctx_of
+from render_server.signaling.state.registry import Registry
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The registered workers, their slots, the free ones and the sessions on them, as the
+    registry has them now (for /healthz and /metrics alike)."""
+
+    workers: int
+    slots: int
+    free: int
+    sessions: int
+
+    @classmethod
+    async def of(cls, registry: Registry) -> Fleet:
+        workers = await registry.workers()
+        return cls(
+            workers=len(workers),
+            slots=sum(w.info.slots for w in workers),
+            free=sum(w.free for w in workers),
+            sessions=sum(len(w.sessions) for w in workers),
+        )
 
 
 async def healthz(request: web.Request) -> web.Response:
-    workers = await ctx_of(request).registry.workers()
+    fleet = await Fleet.of(ctx_of(request).registry)
     return web.json_response(
-        {
-            "status": "ok",
-            "workers": len(workers),
-            "slots": sum(w.info.slots for w in workers),
-            "free": sum(w.free for w in workers),
-        }
+        {"status": "ok", "workers": fleet.workers, "slots": fleet.slots, "free": fleet.free}
     )
 
 
@@ -34,11 +52,11 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics_endpoint(request: web.Request) -> web.Response:
     ctx = ctx_of(request)
     metrics = ctx.metrics
-    workers = await ctx.registry.workers()
-    metrics.workers.set(len(workers))
-    metrics.slots_total.set(sum(w.info.slots for w in workers))
-    metrics.slots_free.set(sum(w.free for w in workers))
-    metrics.sessions_active.set(sum(len(w.sessions) for w in workers))
+    fleet = await Fleet.of(ctx.registry)
+    metrics.workers.set(fleet.workers)
+    metrics.slots_total.set(fleet.slots)
+    metrics.slots_free.set(fleet.free)
+    metrics.sessions_active.set(fleet.sessions)
     metrics.queue_length.set(len(await ctx.registry.queue()))
     response = web.Response(body=metrics.render())
     response.content_type = CONTENT_TYPE_LATEST.split(";")[0]

@@ -7,7 +7,7 @@ worker's socket does, so the signaling side has one code path for both.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from collections.abc import Callable
 
 from render_server.protocol.errors import ProtocolError
@@ -15,6 +15,8 @@ from render_server.protocol.worker import Heartbeat, Register, SessionReply, Ses
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import WorkerRelay
 from render_server.signaling.state.registry import WorkerInfo
+
+log = logging.getLogger(__name__)
 
 
 class LocalWorkerLink:
@@ -40,8 +42,16 @@ class LocalWorkerLink:
 
     async def send(self, reply: SessionReply) -> None:
         assert self._relay is not None, "open() first"
-        with contextlib.suppress(ProtocolError):  # in process, there is nobody to forge
+        try:
             await self._relay.from_worker(reply)
+        except ProtocolError:
+            # in process nobody forges: a reply refused here (for another worker's session) is
+            # a bug of ours; logged with its traceback, and the embedded worker goes on
+            log.exception(
+                "local_worker.reply_refused",
+                extra={"session": reply.session_id, "worker": self._relay.worker_id,
+                       "type": reply.type},
+            )  # fmt: skip
 
     async def close(self) -> None:
         if self._info is not None:

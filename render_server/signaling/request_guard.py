@@ -1,6 +1,7 @@
 """What every HTTP request meets before its route: the Host of a loopback-only server (DNS
-rebinding), the Origin of a state-changing request (cross-site request forgery), and CORS for
-the REST API, answered for the `--allow-origin` list only.
+rebinding), the Origin of a state-changing request or a WebSocket upgrade (cross-site request
+forgery, cross-site WebSocket hijacking), and CORS for the REST API, answered for the
+`--allow-origin` list only.
 
 A browser sends a cross-site POST whose body is text/plain or a form without asking first (a
 "simple request"); it always sends `Origin` with it. A page served from evil.example that
@@ -68,6 +69,11 @@ def _cors_headers(
         response.headers["Access-Control-Allow-Origin"] = origin
 
 
+def _is_upgrade(request: web.Request) -> bool:
+    """A WebSocket upgrade (as aiohttp tells one): it drives a stream as a POST changes state."""
+    return request.headers.get("Upgrade", "").lower().strip() == "websocket"
+
+
 @web.middleware
 async def request_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     config = ctx_of(request).config
@@ -80,7 +86,8 @@ async def request_guard(request: web.Request, handler: Handler) -> web.StreamRes
     preflight = request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
     if api and preflight and origin is not None:
         return _preflight(request, origin, config.allowed_origins)
-    if request.method in STATE_CHANGING and origin is not None:
+    # a WebSocket upgrade is checked without an Origin too: one without a Host is refused
+    if _is_upgrade(request) or (request.method in STATE_CHANGING and origin is not None):
         ok, reason = origin_allowed(origin, host, config.host, config.allowed_origins)
         if not ok:
             raise _refuse(request, "audit.origin.refused", reason)

@@ -165,6 +165,7 @@ class SessionHandle:
         self._grace_timer: asyncio.Task[None] | None = None
         self._offer_timer: asyncio.Task[None] | None = None
         self.end_reason: str | None = None
+        self._closing: str | None = None  # the reason the worker was asked to close it with
         self._ice_servers: list[IceServer] = []
 
     # -- entry points -----------------------------------------------------------------------
@@ -198,9 +199,8 @@ class SessionHandle:
             await self._place()
 
     def attach(self, send: Send) -> None:
-        if self._grace_timer is not None:
-            self._grace_timer.cancel()
-            self._grace_timer = None
+        _cancel(self._grace_timer)
+        self._grace_timer = None
         self._send = send
         self._arm_offer_deadline()  # a socket that comes back must offer again
 
@@ -239,6 +239,7 @@ class SessionHandle:
             await self._finish("cancelled" if reason == "client_ended" else reason)
         elif self.state in (OPENING, OPEN):
             # the worker replies session.ended; the relay frees the slot then
+            self._closing = reason
             await self._to_worker(CloseSession(self.session_id, reason))
 
     # -- placement --------------------------------------------------------------------------
@@ -306,8 +307,7 @@ class SessionHandle:
             await self.end(news.reason)
 
     async def _opened(self, opened: SessionOpened) -> None:
-        if self._open_timer is not None:
-            self._open_timer.cancel()
+        _cancel(self._open_timer)
         self.state = OPEN
         self._arm_offer_deadline()
         assert self.worker_id is not None
@@ -340,6 +340,11 @@ class SessionHandle:
         await self.end(ErrorCode.OFFER_TIMEOUT)
 
     async def _worker_lost(self, reason: str) -> None:
+        if self._closing is not None:
+            # lost before it answered the close: the session ends as asked, it is not placed
+            # again (it would hold a slot until the new worker's connect timeout)
+            await self._finish(self._closing)
+            return
         self.log.warning("session.worker_lost", extra={"worker": self.worker_id})
         await self._tell(SessionInterrupted(self.session_id, reason))
         self.worker_id = None
@@ -382,8 +387,7 @@ class SessionHandle:
     async def _let_go(self) -> None:
         if self.table.let_go(self):
             await self.ctx.channels.leave_session(self.session_id)
-        if self._grace_timer is not None and self._grace_timer is not asyncio.current_task():
-            self._grace_timer.cancel()
+        _cancel(self._grace_timer)  # unless it is the grace period letting go
         self._send = None
 
     # -- plumbing ----------------------------------------------------------------------------

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-import time
-
 from aiohttp import WSMessage, WSMsgType, web
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
-from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.signaling import Error
 from render_server.protocol.wire import encode_message
 from render_server.protocol.worker import (
@@ -22,17 +18,15 @@ from render_server.protocol.worker import (
 from render_server.signaling.audit import audit
 from render_server.signaling.auth import Identity
 from render_server.signaling.context import SignalingContext
+from render_server.signaling.message_guard import MessageGuard
 from render_server.signaling.relay import WorkerRelay
 from render_server.signaling.state.registry import WorkerInfo, WorkerStatus
-
-log = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 10.0
 # A worker's own traffic: a heartbeat every 2 s, and per session placed on it an `opened`, an
 # `answer` and an `ended`; a burst of sessions starting at once stays far below these.
 MESSAGE_RATE_PER_S = 200.0
 MESSAGE_BURST = 400
-MAX_VIOLATIONS = 100  # refused messages before the socket is closed, as on the browser socket
 
 
 class WorkerSocket:
@@ -44,34 +38,30 @@ class WorkerSocket:
         self.identity = identity
         self.info: WorkerInfo | None = None
         self.relay: WorkerRelay | None = None
-        self.violations = 0
-        self._bucket = TokenBucket(MESSAGE_RATE_PER_S, MESSAGE_BURST)
+        # a worker token is not a licence to flood its replica with garbage
+        self.guard = MessageGuard(
+            ws, ctx.metrics, identity.subject, channel="worker_socket",
+            rate_per_s=MESSAGE_RATE_PER_S, burst=MESSAGE_BURST,
+        )  # fmt: skip
 
     async def run(self) -> None:
         try:
             if not await self._register():
                 return
             async for msg in self.ws:
-                if self.violations >= MAX_VIOLATIONS:
-                    # a worker token is not a licence to flood its replica with garbage
-                    audit("audit.socket.closed", subject=self.identity.subject,
-                          reason="too many rejected messages")  # fmt: skip
-                    await self.ws.close(code=1008, message=b"too many rejected messages")
-                    break
                 try:
-                    if not self._bucket.take(time.monotonic()):
-                        raise ProtocolError(
-                            ErrorCode.RATE_LIMITED, f"over {MESSAGE_RATE_PER_S:g} messages/s"
-                        )
+                    self.guard.admit()
                     await self._receive(msg)
                 except ProtocolError as exc:
-                    await self._reject(exc)
+                    await self.guard.reject(exc)
                 except Exception:  # a bug of ours: answered and logged; the socket stays open
-                    log.exception(
-                        "worker_socket.internal_error",
-                        extra={"worker": self.info.worker_id if self.info else None},
+                    await self.guard.internal_error(
+                        frame=msg.type.name,
+                        worker=self.info.worker_id if self.info is not None else None,
                     )
-                    await self._reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
+                if self.guard.exhausted:
+                    await self.guard.close()
+                    break
         finally:
             if self.info is not None and self.relay is not None:
                 await self.ctx.channels.leave_worker(self.info.worker_id)
@@ -97,7 +87,7 @@ class WorkerSocket:
         await self.relay.register(self.info)
         audit("audit.worker.registered", worker=message.worker_id, slots=message.slots,
               subject=self.identity.subject)  # fmt: skip
-        await self._send_text(encode_message(Registered(message.worker_id)))
+        await self.guard.send(encode_message(Registered(message.worker_id)))
         return True
 
     async def _receive(self, msg: WSMessage) -> None:
@@ -107,11 +97,6 @@ class WorkerSocket:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "send JSON text frames")
         # ERROR: aiohttp has closed the socket (over the transport limit: 1009; a text frame
         # that is not UTF-8: 1007); the loop ends
-
-    async def _reject(self, exc: ProtocolError) -> None:
-        self.violations += 1
-        self.ctx.metrics.rejected.labels(exc.code).inc()
-        await self._send_text(encode_message(Error(exc.code, exc.message)))
 
     async def _handle(self, message: FromWorker) -> None:
         assert self.info is not None and self.relay is not None
@@ -133,16 +118,9 @@ class WorkerSocket:
         return next((w for w in workers if w.info.worker_id == worker_id), None)
 
     async def _to_socket(self, request: SessionRequest) -> None:
-        await self._send_text(encode_message(request))
-
-    async def _send_text(self, text: str) -> None:
-        if not self.ws.closed:
-            try:
-                await self.ws.send_str(text)
-            except (ConnectionError, RuntimeError):
-                pass
+        await self.guard.send(encode_message(request))
 
     async def _refuse(self, reason: str) -> None:
         audit("audit.worker.refused", subject=self.identity.subject, reason=reason)
-        await self._send_text(encode_message(Error(ErrorCode.BAD_ORDER, reason)))
+        await self.guard.send(encode_message(Error(ErrorCode.BAD_ORDER, reason)))
         await self.ws.close(code=1008, message=reason[:120].encode())
