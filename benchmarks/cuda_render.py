@@ -28,11 +28,7 @@ from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
 from render_server.render.bands import DEFAULT_BANDS
 from render_server.render.builtin_scenes import sphere_field
 from render_server.render.cuda.renderer import CudaRenderer, CudaUnavailable
-
-
-def median_p95(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+from render_server.tools.stats import median_p95
 
 
 def frames_of(

@@ -16,8 +16,9 @@ run, one after the other, the same way:
   followed below it, PLI/FIR through the same rate-limited `KeyframeGate`). Each `av.Packet`
   goes to aiortc through our own track (`transport/track.py`'s `EncodedVideoTrack`): paced at
   the frame rate, missed ticks dropped, input starting a frame at once but no sooner than one
-  interval after the last; H.264 only, and the same playout-delay extension negotiated and requested
-  (`transport/playout_delay.py`).
+  interval after the last; and onto the peer connection through our sessions' own video sender
+  (`transport/video_sender.py`'s `add_video_sender`): H.264 only, PLI/FIR and REMB routed to
+  the encoder, the same playout-delay extension negotiated and requested.
 So the two differ in architecture only: no signaling server, no worker, no rendering on input.
 Both answer pings and send the same `timing` records, so the same meter (client/latency.js)
 measures both. Headless Chromium drags the mouse over each page for `--seconds`; on both sides
@@ -57,29 +58,25 @@ from typing import Any
 import av
 import numpy as np
 from aiohttp import web
-from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+from aiortc import RTCPeerConnection, RTCSessionDescription
 
+from render_server.cli.latency import rows
 from render_server.config import Resolution, StreamConfig
 from render_server.encode.x264 import create_x264_encoder
 from render_server.protocol.timing import now_ms
 from render_server.stream.keyframes import KeyframeGate
 from render_server.tools.local_server import local_server
-from render_server.tools.measure.browser import CHROMIUM_ARGS, drag, find_chromium
-from render_server.tools.measure.client import LatencyClient, MeasureError
-from render_server.transport.playout_delay import (
-    PLAYOUT_DELAY_URI,
-    register_playout_delay,
-    request_playout_delay,
-)
-from render_server.transport.rtcp_feedback import route_rtcp_feedback
+from render_server.tools.measure.browser import measure_in_chromium
+from render_server.tools.measure.client import LatencyClient
+from render_server.transport.playout_delay import PLAYOUT_DELAY_URI
 from render_server.transport.timing import FrameRecord, FrameTimingLog, watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
+from render_server.transport.video_sender import add_video_sender
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "render_server" / "client"
 PATTERN_FRAMES = 60
 TIMING_EVERY_S = 0.1  # as the worker's sessions send them
 PLAYOUT_DELAY = "low"  # `serve`'s default, passed to ours explicitly and requested by the bare one
-STREAMING_TIMEOUT_MS = 30_000
 # x264's own account of its settings, in the SEI of the first IDR; what ultrafast + zerolatency
 # set (ultrafast: me=dia subme=0 ref=1 trellis=0; zerolatency: rc_lookahead=0 bframes=0 mbtree=0)
 X264_EXPECTED = {"me": "dia", "subme": "0", "ref": "1", "trellis": "0", "rc_lookahead": "0",
@@ -236,15 +233,6 @@ def pattern_frames(width: int, height: int, count: int = PATTERN_FRAMES) -> list
     return frames
 
 
-def h264_only() -> list[Any]:
-    """H.264 and its RTX, as our sessions prefer (aiortc would otherwise answer VP8)."""
-    return [
-        c
-        for c in RTCRtpSender.getCapabilities("video").codecs
-        if c.mimeType.lower() in ("video/h264", "video/rtx")
-    ]
-
-
 @dataclass
 class BareSender:
     """The bare sender's state in its process; `report()` is what goes back to the script."""
@@ -313,11 +301,10 @@ async def _bare_session(request: web.Request) -> web.Response:
 
         app["tasks"].add(asyncio.ensure_future(send_timing()))
 
-    # the order of our session's accept_offer
-    transceiver = pc.addTransceiver(track, direction="sendonly")
-    transceiver.setCodecPreferences(h264_only())
-    route_rtcp_feedback(transceiver.sender, source.keyframes.request, source.request_bitrate)
-    request_playout_delay(transceiver.sender, PLAYOUT_DELAY)
+    # our session's own video sender, in the order of its accept_offer
+    transceiver = add_video_sender(
+        pc, track, PLAYOUT_DELAY, source.keyframes.request, source.request_bitrate
+    )
     await pc.setRemoteDescription(RTCSessionDescription(offer["sdp"], offer["type"]))
     watch_sent_packets(transceiver.sender, log.packet_sent)
     await pc.setLocalDescription(await pc.createAnswer())
@@ -328,8 +315,8 @@ async def _bare_session(request: web.Request) -> web.Response:
 
 def _bare_process(conn: Any, width: int, height: int, fps: float) -> None:
     """The bare aiortc server, in a process of its own (as ours is): sends its port on `conn`,
-    serves until `conn` says "stop", then sends `BareSender.report()`."""
-    register_playout_delay()
+    serves until `conn` says "stop", then sends `BareSender.report()`. (The playout-delay
+    extension is registered by importing `transport.video_sender`, as in our processes.)"""
     bare = BareSender()
     app = web.Application()
     bitrate = StreamConfig().bitrate_for(Resolution(width, height), fps)
@@ -443,37 +430,6 @@ SUMMARY_JS = """() => {
 }"""
 
 
-def measure_in_chromium(url: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
-    """Open `url` in headless Chromium, drag for `seconds`, and return the page meter's summary
-    over the frames displayed during the drag, with the window's counts and the answer SDP."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        raise MeasureError("--client chromium needs Playwright: pip install playwright") from None
-    width, height = viewport
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=find_chromium(), headless=True, args=list(CHROMIUM_ARGS)
-        )
-        try:
-            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
-            page.goto(url)
-            page.wait_for_selector(
-                "body[data-state='streaming']", state="attached", timeout=STREAMING_TIMEOUT_MS
-            )
-            page.wait_for_timeout(700)  # the first pings align the clocks
-            page.evaluate(OPEN_WINDOW_JS)
-            drag(page, seconds, width, height)
-            page.evaluate(CLOSE_WINDOW_JS)
-            page.wait_for_timeout(600)  # the last timing records arrive
-            summary: dict[str, Any] = page.evaluate(SUMMARY_JS)
-        finally:
-            browser.close()
-    if not summary.get("frames"):
-        raise MeasureError(f"{url}: Chromium displayed no frame with a timing record")
-    return summary
-
-
 async def measure_in_python(url: str, seconds: float) -> dict[str, Any]:
     """Our pipeline with the Python client; frames counted as they arrive during the drag."""
     async with LatencyClient(url, decode="none") as client:
@@ -492,14 +448,19 @@ async def measure_in_python(url: str, seconds: float) -> dict[str, Any]:
 
 def measure(url: str, client: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
     if client == "chromium":
-        return measure_in_chromium(url, seconds, viewport)
+        # over the frames displayed during the drag, with the window's counts and answer SDP
+        return measure_in_chromium(
+            url, seconds, viewport=viewport, before_drag=OPEN_WINDOW_JS,
+            after_drag=CLOSE_WINDOW_JS, summary_script=SUMMARY_JS,
+        )  # fmt: skip
     return asyncio.run(measure_in_python(url, seconds))
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
-    g2g = report.get("glassToGlass") or report.get("glass_to_glass") or {}
-    i2p = report.get("inputToPhoton") or report.get("input_to_frame") or {}
-    stages = {k: (v or {}).get("p50") for k, v in report["stages"].items()}
+    """The table's figures of either client's report (`cli.latency.rows` reads both)."""
+    summaries = {name: s or {} for name, s in rows(report)}
+    g2g, i2p = summaries.pop("glass-to-glass"), summaries.pop("input-to-frame")
+    stages = {k: v.get("p50") for k, v in summaries.items()}
     window = report["window"]
     sdp = report.get("answerSdp")
     return {

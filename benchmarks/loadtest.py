@@ -12,8 +12,9 @@
     `--send-streams` sessions of 720p30 at 4 Mbps) against plain aiortc in the same run. The
     baseline is a process of aiortc peer connections, one per stream, each with a
     `MediaStreamTrack` returning the same pre-encoded `av.Packet`s (the same clip, built by
-    the same function), paced at the same rate, H.264 only, with the same playout-delay
-    extension negotiated and requested; it has no signaling. Both sides are counted the same
+    the same function), paced at the same rate, H.264 only (our sessions' own
+    `h264_codec_preferences()`), with the same playout-delay extension negotiated and
+    requested; it has no signaling. Both sides are counted the same
     way, by the same code in this script: the same kind of observing aiortc receivers (no
     decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
     frames they got, and the sender process's CPU time (`cpu_time.process_cpu_seconds`) is
@@ -51,7 +52,7 @@ from typing import Any
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
-from render_server.cpu_time import process_cpu_seconds  # noqa: E402
+from render_server.cpu_time import process_cpu_seconds_or_raise  # noqa: E402
 from render_server.tools.local_server import local_server  # noqa: E402
 
 ENV = {
@@ -60,14 +61,6 @@ ENV = {
 }
 PLAYOUT_DELAY = "low"  # what `serve` asks for by default; the plain sender asks for the same
 SEND_WARMUP_S = 2.0  # (c): every stream up, then this long before the window opens
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of process `pid`, all its threads."""
-    seconds = process_cpu_seconds(pid)
-    if seconds is None:
-        raise RuntimeError(f"no CPU time for process {pid} (no /proc, or it has exited)")
-    return seconds
 
 
 @contextlib.contextmanager
@@ -81,9 +74,9 @@ def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any],
     """One harness run; (report, the server's CPU seconds over it, the command)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
-    before = cpu_seconds(pid)
+    before = process_cpu_seconds_or_raise(pid)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT, env=ENV)
-    server_cpu = cpu_seconds(pid) - before
+    server_cpu = process_cpu_seconds_or_raise(pid) - before
     if done.returncode not in (0, 1):
         raise RuntimeError(f"loadtest exited {done.returncode}: {done.stderr[-2000:]}")
     shown = " ".join(shlex.quote(c) for c in command[1:]).replace(url, "$URL")
@@ -166,7 +159,7 @@ async def _count_window(
     def sample() -> tuple[int, int, float, float]:
         packets = sum(a.stats.packets for a in assemblers)
         frames = sum(a.stats.frames for a in assemblers)
-        return packets, frames, time.monotonic(), cpu_seconds(pid)
+        return packets, frames, time.monotonic(), process_cpu_seconds_or_raise(pid)
 
     p0, f0, t0, c0 = sample()
     await asyncio.sleep(hold)
@@ -208,7 +201,7 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
     """A process of plain aiortc senders: one per offer from `conn`, each sending the clip,
     until `conn` says "stop"."""
     import av
-    from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+    from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
     from render_server.config import Resolution
     from render_server.encode.replay import RTP_TIME_BASE, replay_clip
@@ -217,14 +210,11 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
         register_playout_delay,
         request_playout_delay,
     )
+    from render_server.transport.video_sender import h264_codec_preferences
 
     register_playout_delay()
     clip = replay_clip(default_scene(), Resolution.parse(size), fps, bitrate)
-    h264 = [
-        c
-        for c in RTCRtpSender.getCapabilities("video").codecs
-        if c.mimeType.lower() in ("video/h264", "video/rtx")
-    ]
+    h264 = h264_codec_preferences()
 
     class ClipTrack(MediaStreamTrack):
         kind = "video"

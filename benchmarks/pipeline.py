@@ -6,47 +6,38 @@ Stages per frame: render (the CPU rasterizer as a session runs it: visibility on
 thread, shading in bands of rows on the shared pool), convert (RGB → YUV 4:2:0), encode (the
 project's libx264 encoder, `encode.x264.create_x264_encoder`), packetize (aiortc's H.264
 packetizer + RTP serialization). The camera orbits so every frame is rendered anew. The baseline,
-measured in the same run over the same number of frames, is a bare PyAV libx264 context with the
-same settings (`x264_options()`: ultrafast, zerolatency, Constrained Baseline, keyframes only on
-request; the same bitrate and rate buffer) encoding the same YUV frames with no project code
-around it; the ratio says what the whole server-side pipeline costs per frame relative to that
-bare encode. Times are p50 / p95 (`tools.stats.percentile`) over the frames.
+measured in the same run over the same number of frames, is a bare PyAV libx264 context opened
+as our encoder opens it (`encode.pyav_encoder.open_codec_context` with `x264_options()`:
+ultrafast, zerolatency, Constrained Baseline, keyframes only on request; the same bitrate and
+rate buffer) encoding the same YUV frames with nothing else of ours around it; the ratio says
+what the whole server-side pipeline costs per frame relative to that bare encode. Times are
+p50 / p95 (`tools.stats.median_p95`) over the frames.
 """
 
 from __future__ import annotations
 
 import argparse
-import fractions
 import time
 
-import av  # noqa: E402
-from aiortc.codecs.h264 import H264Encoder  # noqa: E402
-from aiortc.rtp import RtpPacket  # noqa: E402
+import av
+from aiortc.codecs.h264 import H264Encoder
+from aiortc.rtp import RtpPacket
 
-from render_server.config import Resolution, default_bitrate  # noqa: E402
-from render_server.encode import YuvConverter, create_x264_encoder, x264_options  # noqa: E402
-from render_server.encode.x264 import VBV_FRAMES  # noqa: E402
-from render_server.render import CpuRenderer, OrbitCamera, default_scene  # noqa: E402
-from render_server.tools.stats import percentile  # noqa: E402
-
-
-def median_p95(values: list[float]) -> tuple[float, float]:
-    return percentile(values, 50), percentile(values, 95)
+from render_server.config import Resolution, default_bitrate
+from render_server.encode import YuvConverter, create_x264_encoder, x264_options
+from render_server.encode.pyav_encoder import open_codec_context
+from render_server.encode.x264 import VBV_FRAMES
+from render_server.render import CpuRenderer, OrbitCamera, default_scene
+from render_server.tools.stats import median_p95
 
 
 def bare_x264(width: int, height: int, fps: float, bitrate: int) -> av.VideoCodecContext:
-    """libx264 as PyAV opens it, with our encoder's settings and nothing else of ours."""
-    ctx = av.CodecContext.create("libx264", "w")
-    assert isinstance(ctx, av.VideoCodecContext)
-    ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
-    ctx.time_base = fractions.Fraction(1, 90000)
-    ctx.framerate = fractions.Fraction(fps).limit_denominator(1001)
-    ctx.bit_rate = bitrate
-    ctx.max_b_frames = 0
-    bufsize = max(1000, int(bitrate * VBV_FRAMES / fps))
-    ctx.options = {**x264_options(), "maxrate": str(bitrate), "bufsize": str(bufsize)}
-    ctx.open()
-    return ctx
+    """libx264 as PyAV opens it, with our encoder's settings and nothing else of ours: the
+    context `encode.x264.create_x264_encoder` opens (`open_codec_context`), without the
+    encoder around it."""
+    return open_codec_context(
+        "libx264", width, height, fps, bitrate, x264_options(), vbv_frames=VBV_FRAMES
+    )
 
 
 def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[float, float]]:

@@ -28,6 +28,7 @@ import numpy as np
 
 from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
 from render_server.render.bands import DEFAULT_BANDS
+from render_server.tools.stats import median_p95
 
 
 def poses(scene: Scene) -> dict[str, OrbitCamera]:
@@ -40,11 +41,6 @@ def poses(scene: Scene) -> dict[str, OrbitCamera]:
     above = framed.copy()
     above.orbit(2.5, 0.6)
     return {"framed": framed, "close": close, "ground": ground, "above": above}
-
-
-def median_p95(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
 def time_render(

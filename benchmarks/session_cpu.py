@@ -23,15 +23,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from render_server.cpu_time import process_cpu_seconds
+from render_server.cpu_time import process_cpu_seconds_or_raise
 from render_server.tools.viewer import Viewer
-
-
-def cpu_seconds(pid: int) -> float:
-    seconds = process_cpu_seconds(pid)
-    if seconds is None:
-        raise RuntimeError(f"no CPU time for process {pid} (no /proc, or it has exited)")
-    return seconds
 
 
 @dataclass
@@ -80,11 +73,11 @@ async def measure(args: argparse.Namespace, animate: bool, port: int) -> Window:
         async with Viewer(f"ws://127.0.0.1:{port}/ws") as viewer:
             for _ in range(30):  # past the first keyframe and the start-up
                 await viewer.next_frame(20)
-            cpu0, t0, frames = cpu_seconds(process.pid), time.monotonic(), 0
+            cpu0, t0, frames = process_cpu_seconds_or_raise(process.pid), time.monotonic(), 0
             while time.monotonic() - t0 < args.seconds:
                 await viewer.next_frame(5)
                 frames += 1
-            cpu1, t1 = cpu_seconds(process.pid), time.monotonic()
+            cpu1, t1 = process_cpu_seconds_or_raise(process.pid), time.monotonic()
             return Window(frames, t1 - t0, cpu1 - cpu0)
     finally:
         process.terminate()

@@ -24,6 +24,9 @@ NvencInput = Literal["device", "host"]
 PlayoutDelay = Literal["low", "zero", "off"]  # see transport/playout_delay.py
 PLAYOUT_DELAYS: tuple[PlayoutDelay, ...] = ("low", "zero", "off")
 NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+LOG_LEVEL = "INFO"  # every server command's --log-level, unless set
 
 # H.264 needs even sizes for 4:2:0; the upper bound (MAX_WIDTH x MAX_HEIGHT, the protocol's own)
 # is H.264 level 6.2's largest frame.
@@ -159,7 +162,7 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
     ice_servers: tuple[str, ...] = ()  # stun: URLs handed to both peers
     client_dir: Path = PACKAGE_DIR / "client"  # the web client, served at /client/
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
     embedded_worker: bool = True  # serve: yes; signaling: no
     labels: tuple[str, ...] = ()  # of the embedded worker
     region: str | None = None
@@ -266,7 +269,7 @@ class WorkerConfig:
     region: str | None = None
     ice_servers: tuple[str, ...] = ()
     heartbeat_s: float = HEARTBEAT_S
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
 
     def __post_init__(self) -> None:
         if not re.match(r"wss?://", self.signaling_url):

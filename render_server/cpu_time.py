@@ -25,6 +25,15 @@ def process_cpu_seconds(pid: int) -> float | None:
     return _stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
+def process_cpu_seconds_or_raise(pid: int) -> float:
+    """`process_cpu_seconds`, where a missing figure is an error (RuntimeError): for a
+    measurement that cannot go on without it."""
+    seconds = process_cpu_seconds(pid)
+    if seconds is None:
+        raise RuntimeError(f"no CPU time for process {pid} (no /proc, or it has exited)")
+    return seconds
+
+
 def thread_cpu_seconds(native_id: int) -> float | None:
     """User + system CPU of this process's thread `native_id` (threading.get_native_id())."""
     return _stat_cpu_seconds(f"/proc/self/task/{native_id}/stat")

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 from pathlib import Path
 
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "render_server", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from .processes import run
 
 
 def test_help_documents_every_command_and_option() -> None:
@@ -70,3 +63,26 @@ def test_bad_options_are_usage_errors() -> None:
     assert bad.returncode == 2 and "max resolution" in bad.stderr
     bad = run("serve", "--renderer", "opengl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def run_with_env(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    return run(*args, env={**os.environ, **variables})
+
+
+def test_a_malformed_number_in_the_environment_is_a_usage_error() -> None:
+    bad = run_with_env("serve", RENDER_SERVER_PORT="abc")
+    assert bad.returncode == 2
+    assert "argument --port: invalid int value: 'abc'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    bad = run_with_env("worker", RENDER_SERVER_FPS="fast")
+    assert bad.returncode == 2 and "argument --fps" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    shown = run_with_env("serve", "--help", RENDER_SERVER_PORT="abc")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr
+    # a flag wins over the environment: the variable is never read (this run stops at the
+    # resolution, before anything starts)
+    flagged = run_with_env(
+        "serve", "--port", "8080", "--resolution", "1281x720", RENDER_SERVER_PORT="abc"
+    )
+    assert flagged.returncode == 2 and "even" in flagged.stderr
+    assert "--port" not in flagged.stderr.splitlines()[-1]

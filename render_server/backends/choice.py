@@ -13,12 +13,9 @@ from typing import Literal
 import av
 
 from render_server.backends.gpu import CudaStatus, GpuDevice, NvencStatus, probe_cuda, probe_nvenc
-from render_server.config import ConfigError, NvencInput
+from render_server.config import ConfigError, EncoderName, NvencInput, RendererName
 
 log = logging.getLogger(__name__)
-
-RendererRequest = Literal["auto", "cuda", "cpu"]
-EncoderRequest = Literal["auto", "nvenc", "x264", "replay"]
 
 
 class BackendUnavailable(ConfigError):
@@ -31,7 +28,7 @@ class Backends:
     encoder: Literal["nvenc", "x264", "replay"]
     renderer_reason: str
     encoder_reason: str
-    encoder_requested: EncoderRequest = "auto"
+    encoder_requested: EncoderName = "auto"
     gpu: GpuDevice | None = None
     # CUDA renderer + NVENC: whether NVENC reads the frames in GPU memory or a host copy
     nvenc_input: NvencInput = "host"
@@ -62,8 +59,8 @@ def device_frames_supported() -> str | None:
 
 
 def choose_backends(
-    renderer: RendererRequest,
-    encoder: EncoderRequest,
+    renderer: RendererName,
+    encoder: EncoderName,
     cuda: CudaStatus | None = None,
     nvenc: NvencStatus | None = None,
     nvenc_input: NvencInput = "device",

@@ -14,7 +14,6 @@ from render_server.cli.loadtest import add_loadtest
 from render_server.cli.serve import add_serve, add_signaling
 from render_server.cli.token import add_token
 from render_server.cli.worker import add_worker
-from render_server.config import ConfigError
 
 DESCRIPTION = """\
 Stream a rendered 3D scene to the browser over WebRTC.
@@ -55,9 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return int(args.func(args))
-    except ConfigError as exc:
-        parser.error(str(exc))
-    except ValueError as exc:  # a malformed number in an environment variable
+    except ValueError as exc:  # a ConfigError: a value the configuration cannot use
         parser.error(str(exc))
     return 2
 

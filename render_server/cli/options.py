@@ -2,16 +2,21 @@
 
 Every default comes from the config dataclasses (`config.py`), the one place they are written;
 an option may also be set with RENDER_SERVER_<OPTION>, and a flag wins over the environment.
+A default is given to argparse as text (the variable's, or the config's) and its `type=`
+converts it, so that a malformed variable is a usage error that names the option.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from render_server.config import (
     ENCODERS,
+    LOG_FORMATS,
+    LOG_LEVEL,
     NVENC_INPUTS,
     NVENC_PRESETS,
     PLAYOUT_DELAYS,
@@ -40,9 +45,14 @@ def _flag(name: str) -> bool:
     return env(name, "") in ("1", "true", "yes")
 
 
-def _optional_float(name: str) -> float | None:
-    text = env(name, "")
-    return float(text) if text else None
+def _env_unless_zero(name: str, number: Callable[[str], float]) -> str | None:
+    """RENDER_SERVER_<NAME> as text, or None (the config's default) where it reads as zero;
+    text that is no number is left to the option's `type=` to refuse."""
+    text = env_value(name)
+    try:
+        return None if text is not None and number(text) == 0 else text
+    except ValueError:
+        return text
 
 
 def env_list(name: str) -> list[str]:
@@ -59,9 +69,9 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "--max-resolution", default=env("max_resolution", s.max_resolution),
         help="the largest WIDTHxHEIGHT a browser may ask for (%(default)s)",
     )  # fmt: skip
-    g.add_argument("--fps", type=float, default=float(env("fps", s.fps)), help="%(default)s")
+    g.add_argument("--fps", type=float, default=env("fps", s.fps), help="%(default)s")
     g.add_argument(
-        "--bitrate", type=int, default=int(env("bitrate", 0)) or s.bitrate,
+        "--bitrate", type=int, default=_env_unless_zero("bitrate", int),
         help="bits per second (default: from resolution and fps)",
     )  # fmt: skip
     g.add_argument(
@@ -93,15 +103,15 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--max-triangles", type=int,
-        default=int(env("max_triangles", SERVER.max_scene_triangles)),
+        default=env("max_triangles", SERVER.max_scene_triangles),
         help="refuse scenes with more triangles (%(default)s)",
     )  # fmt: skip
     g.add_argument(
-        "--max-scene-bytes", type=int, default=int(env("max_scene_bytes", SERVER.max_scene_bytes)),
+        "--max-scene-bytes", type=int, default=env("max_scene_bytes", SERVER.max_scene_bytes),
         help="refuse scene files larger than this (%(default)s)",
     )  # fmt: skip
     g.add_argument(
-        "--slots", type=int, default=int(env("slots", SERVER.slots)),
+        "--slots", type=int, default=env("slots", SERVER.slots),
         help="concurrent sessions of the worker (%(default)s)",
     )  # fmt: skip
     g.add_argument(
@@ -109,7 +119,7 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         help="orbit the camera slowly on its own",
     )  # fmt: skip
     g.add_argument(
-        "--idle-fps", type=float, default=_optional_float("idle_fps") or s.idle_fps,
+        "--idle-fps", type=float, default=_env_unless_zero("idle_fps", float),
         help="repeat a still picture this often; input still starts a frame at once "
         "(default: half of --fps)",
     )  # fmt: skip
@@ -119,12 +129,12 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "low-latency renderer, zero = show at once, off = their own smoothing (%(default)s)",
     )  # fmt: skip
     g.add_argument(
-        "--connect-timeout", type=float, default=float(env("connect_timeout", s.connect_timeout_s)),
+        "--connect-timeout", type=float, default=env("connect_timeout", s.connect_timeout_s),
         help="end a session whose browser has not connected its media in this long "
         "(at the start, or after its connection dropped) (%(default)s s)",
     )  # fmt: skip
     g.add_argument(
-        "--idle-timeout", type=float, default=float(env("idle_timeout", s.idle_timeout_s or 0)),
+        "--idle-timeout", type=float, default=env("idle_timeout", s.idle_timeout_s or 0),
         help="end a controller's session after this many seconds without input; 0: never "
         "(%(default)s)",
     )  # fmt: skip
@@ -141,7 +151,7 @@ def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
     g.add_argument(
         "--host", default=env("host", default_host), help="address to bind (%(default)s)"
     )
-    g.add_argument("--port", type=int, default=int(env("port", c.port)), help="%(default)s")
+    g.add_argument("--port", type=int, default=env("port", c.port), help="%(default)s")
     g.add_argument(
         "--registry", default=env_value("registry"), metavar="URL",
         help="redis://HOST:PORT/DB to share workers, sessions and the queue between "
@@ -161,29 +171,29 @@ def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
     )  # fmt: skip
     g.add_argument("--turn-secret", default=env_value("turn_secret"),
                    help="coturn's static-auth-secret (use-auth-secret)")  # fmt: skip
-    g.add_argument("--turn-ttl", type=float, default=float(env("turn_ttl", c.turn_ttl_s)),
+    g.add_argument("--turn-ttl", type=float, default=env("turn_ttl", c.turn_ttl_s),
                    help="lifetime of TURN credentials, seconds (%(default)s)")  # fmt: skip
     g.add_argument("--heartbeat-timeout", type=float,
-                   default=float(env("heartbeat_timeout", c.heartbeat_timeout_s)),
+                   default=env("heartbeat_timeout", c.heartbeat_timeout_s),
                    help="a worker silent this long is lost (%(default)s s)")  # fmt: skip
     g.add_argument(
-        "--resume-grace", type=float, default=float(env("resume_grace", c.resume_grace_s)),
+        "--resume-grace", type=float, default=env("resume_grace", c.resume_grace_s),
         help="a dropped browser may resume its session this long (%(default)s s)",
     )  # fmt: skip
     g.add_argument(
-        "--offer-timeout", type=float, default=float(env("offer_timeout", c.offer_timeout_s)),
+        "--offer-timeout", type=float, default=env("offer_timeout", c.offer_timeout_s),
         help="end a session whose attached browser sent no offer this long after the session "
         "opened (or after the browser came back) (%(default)s s)",
     )  # fmt: skip
     g.add_argument(
         "--max-sessions-per-subject", type=int,
-        default=int(env("max_sessions_per_subject", c.max_sessions_per_subject)),
+        default=env("max_sessions_per_subject", c.max_sessions_per_subject),
         help="sessions and queue places one token subject may hold at once, fleet-wide; "
         "0: no cap (%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--max-sessions-per-address", type=int,
-        default=int(env("max_sessions_per_address", c.max_sessions_per_address)),
+        default=env("max_sessions_per_address", c.max_sessions_per_address),
         help="sessions and queue places one client address may hold at once, fleet-wide; "
         "0: no cap (%(default)s)",
     )  # fmt: skip
@@ -194,24 +204,24 @@ def connection_options(p: argparse.ArgumentParser) -> None:
     c = SERVER
     g = p.add_argument_group("connections (against slow, idle and hoarding clients)")
     g.add_argument(
-        "--header-timeout", type=float, default=float(env("header_timeout", c.header_timeout_s)),
+        "--header-timeout", type=float, default=env("header_timeout", c.header_timeout_s),
         help="close a connection that has not sent a request's headers in this long "
         "(%(default)s s)",
     )  # fmt: skip
     g.add_argument(
         "--keepalive-timeout", type=float,
-        default=float(env("keepalive_timeout", c.keepalive_timeout_s)),
+        default=env("keepalive_timeout", c.keepalive_timeout_s),
         help="close an idle keep-alive connection after this long (%(default)s s)",
     )  # fmt: skip
     g.add_argument(
         "--max-connections-per-address", type=int,
-        default=int(env("max_connections_per_address", c.max_connections_per_address)),
+        default=env("max_connections_per_address", c.max_connections_per_address),
         help="open connections (WebSockets included) of one TCP peer; behind a proxy or an "
         "ingress that peer is the proxy, so this caps all its clients together: raise it "
         "there (%(default)s)",
     )  # fmt: skip
     g.add_argument(
-        "--max-connections", type=int, default=int(env("max_connections", c.max_connections)),
+        "--max-connections", type=int, default=env("max_connections", c.max_connections),
         help="open connections in all; beyond, new ones are closed at once (%(default)s)",
     )  # fmt: skip
     g.add_argument(
@@ -256,8 +266,10 @@ def read_secret(value: str | None, path: Path | None, flag: str) -> str | None:
 
 
 def log_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-format", choices=("text", "json"), default=env("log_format", "text"))
-    p.add_argument("--log-level", default=env("log_level", "INFO"))
+    p.add_argument(
+        "--log-format", choices=LOG_FORMATS, default=env("log_format", SERVER.log_format)
+    )
+    p.add_argument("--log-level", default=env("log_level", LOG_LEVEL))
 
 
 def stream_config(args: argparse.Namespace) -> StreamConfig:
@@ -279,15 +291,32 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
     )
 
 
+class WorkerFields(TypedDict, total=False):
+    """What `ServerConfig` (serve's embedded worker) and `WorkerConfig` both say of a worker."""
+
+    stream: StreamConfig
+    scene: Path | None
+    max_scene_triangles: int
+    max_scene_bytes: int
+    slots: int
+    labels: tuple[str, ...]
+    region: str | None
+
+
+def worker_fields(args: argparse.Namespace) -> WorkerFields:
+    """The worker's options (`stream_options`): what it streams, its scene and the limits on
+    it, its slots, labels and region. Each config checks its own limits (slots: serve's
+    embedded worker 1..64, a worker process 1..256)."""
+    return WorkerFields(
+        stream=stream_config(args), scene=args.scene, max_scene_triangles=args.max_triangles,
+        max_scene_bytes=args.max_scene_bytes, slots=args.slots, labels=tuple(args.label),
+        region=args.region,
+    )  # fmt: skip
+
+
 def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> ServerConfig:
     """`serve` (with its embedded worker's stream options) or `signaling` (without)."""
-    worker: dict[str, Any] = {}
-    if embedded_worker:
-        worker = dict(
-            stream=stream_config(args), scene=args.scene, max_scene_triangles=args.max_triangles,
-            max_scene_bytes=args.max_scene_bytes, slots=args.slots, labels=tuple(args.label),
-            region=args.region,
-        )  # fmt: skip
+    worker = worker_fields(args) if embedded_worker else WorkerFields()
     return ServerConfig(
         host=args.host,
         port=args.port,
@@ -323,13 +352,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         secret=read_secret(args.secret, args.secret_file, "--secret"),
         key_file=args.key_file,
         worker_id=args.worker_id,
-        slots=args.slots,
-        stream=stream_config(args),
-        scene=args.scene,
-        max_scene_triangles=args.max_triangles,
-        max_scene_bytes=args.max_scene_bytes,
-        labels=tuple(args.label),
-        region=args.region,
         ice_servers=tuple(args.ice_server),
         log_format=args.log_format,
+        **worker_fields(args),
     )

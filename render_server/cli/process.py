@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import signal
@@ -22,7 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from render_server.backends.choice import Backends, BackendUnavailable, choose_backends
-from render_server.config import ServerConfig, StreamConfig, WorkerConfig
+from render_server.config import ServerConfig, WorkerConfig
+from render_server.memory import fix_mmap_threshold, settle_heap
 from render_server.metrics import Metrics
 from render_server.render.builtin_scenes import default_scene
 from render_server.render.scene import Scene, SceneError
@@ -41,24 +40,11 @@ log = logging.getLogger(__name__)
 
 WORKER_KEY = web.AppKey("local_worker", LocalWorker)
 EMBEDDED_KEY = web.AppKey("embedded_worker", EmbeddedWorker)
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 SELF_MINTED_TOKEN_TTL_S = 30 * 24 * 3600  # a worker minting its own token from the secret
 
 
 class ListenError(OSError):
     """The server cannot listen where it was told to (port taken, address not ours)."""
-
-
-def settle_heap() -> None:
-    """Move everything made while starting out of the garbage collector's sight.
-
-    A full collection walks every object alive: numba, trimesh and aiortc leave ~160k of them
-    at import, which made each full collection stop the event loop for 60-110 ms, a visible
-    freeze of every stream (a load test saw it ~1.5 s after its streams started). What exists
-    before serving is never garbage, so it is frozen out of the collector's work."""
-    gc.collect()
-    gc.freeze()
 
 
 def default_id(prefix: str) -> str:
@@ -73,11 +59,6 @@ def load_configured_scene(config: ServerConfig | WorkerConfig) -> Scene:
     return load_scene(config.scene, limits)
 
 
-def configured_backends(stream: StreamConfig) -> Backends:
-    """The renderer and encoder the stream options ask for, resolved on this machine."""
-    return choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
-
-
 async def start_local_worker(
     worker_id: str,
     config: ServerConfig | WorkerConfig,
@@ -85,12 +66,16 @@ async def start_local_worker(
     scene: Scene | None = None,
     backends: Backends | None = None,
 ) -> LocalWorker:
-    """A worker of this process, warmed up: renderer compiled, an encoder opened once."""
+    """A worker of this process, warmed up: renderer compiled, an encoder opened once.
+    `backends` default to what the stream options ask for, resolved on this machine."""
+    if scene is None:
+        scene = load_configured_scene(config)
+    stream = config.stream
+    if backends is None:
+        backends = choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
     worker = LocalWorker(
-        worker_id, scene if scene is not None else load_configured_scene(config), config.stream,
-        config.slots, metrics, config.ice_servers,
-        backends if backends is not None else configured_backends(config.stream),
-    )  # fmt: skip
+        worker_id, scene, stream, config.slots, metrics, config.ice_servers, backends
+    )
     # numba compiles the renderer on the very first start (seconds), then loads it from its cache
     log.info("worker.warming_up", extra={"worker": worker.worker_id})
     seconds = await asyncio.get_running_loop().run_in_executor(None, worker.warm_up)
@@ -114,25 +99,13 @@ async def until_stopped() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            # only the main thread may handle signals; elsewhere the caller stops the loop
+        # NotImplementedError: an event loop without signal support (Windows'), where Ctrl+C
+        # still arrives as the KeyboardInterrupt that `run_process` ends on. Off the main
+        # thread this would raise RuntimeError: it runs only under `run_process`, on the main
+        # thread of a server command (the tests' threaded servers call `build_app`, not this).
+        with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-
-
-def fix_mmap_threshold() -> None:
-    """Keep glibc from raising its mmap threshold as the process runs.
-
-    glibc serves blocks above the threshold with mmap and gives them back when freed, but it
-    raises the threshold to the size of the largest such block freed (up to 32 MiB): after the
-    first session ends, every later session's frame buffers come from the heap, which
-    fragments and never shrinks (RSS grew 294 -> 317 MiB over 160 sessions at 640x360, and
-    kept growing). A fixed threshold keeps them in mmap: the same churn stayed at 281 MiB."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return  # not glibc: its allocator has its own policy
-    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def run_process(main: Coroutine[Any, Any, None]) -> int:

@@ -12,12 +12,58 @@ from render_server.encode.protocol import EncodedPacket
 VIDEO_TIME_BASE = fractions.Fraction(1, 90000)  # the RTP clock of every video codec
 
 
-class PyavVideoEncoder:
-    """Encodes frames of one size with one PyAV codec; one access unit out per frame in.
+def open_codec_context(
+    codec_name: str,
+    width: int,
+    height: int,
+    fps: float,
+    bitrate: int,
+    options: dict[str, str],
+    pix_fmt: str = "yuv420p",
+    gop_size: int | None = None,
+    vbv_frames: float = 3.0,
+    prime: av.VideoFrame | None = None,
+) -> av.VideoCodecContext:
+    """A PyAV video encoder context of one size, open: the RTP clock as its time base, no
+    B-frames, `bitrate` as its bit rate and its rate buffer's maximum.
 
     The rate buffer (VBV) is given in frames and set through the generic `maxrate`/`bufsize`
     options: libx264 re-reads them from the codec context on every frame, so VBV settings in
     `x264-params` would be silently reset to none.
+
+    `pix_fmt="cuda"` (NVENC only) opens by encoding `prime`, a device frame of the right size
+    whose packet is dropped: see `PyavVideoEncoder`.
+    """
+    ctx = av.CodecContext.create(codec_name, "w")
+    assert isinstance(ctx, av.VideoCodecContext)
+    ctx.width = width
+    ctx.height = height
+    ctx.pix_fmt = pix_fmt
+    ctx.time_base = VIDEO_TIME_BASE
+    ctx.framerate = fractions.Fraction(fps).limit_denominator(1001)
+    ctx.bit_rate = bitrate
+    ctx.max_b_frames = 0
+    if gop_size is not None:
+        ctx.gop_size = gop_size
+    bufsize = max(1000, int(bitrate * vbv_frames / fps))
+    ctx.options = {**options, "maxrate": str(bitrate), "bufsize": str(bufsize)}
+    if pix_fmt == "cuda":
+        if prime is None or prime.format.name != "cuda":
+            raise ValueError("an encoder of CUDA frames opens on a CUDA frame (prime)")
+        if (prime.width, prime.height) != (width, height):
+            raise ValueError(f"prime is {prime.width}x{prime.height}, not {width}x{height}")
+        prime.pts = 0
+        prime.time_base = VIDEO_TIME_BASE
+        ctx.encode(prime)  # adopts the frame's hw_frames_ctx, then opens
+    else:
+        ctx.open()
+    return ctx
+
+
+class PyavVideoEncoder:
+    """Encodes frames of one size with one PyAV codec; one access unit out per frame in.
+
+    The codec context is `open_codec_context`'s (its rate buffer given in frames).
 
     `pix_fmt="cuda"` takes frames in GPU memory (NVENC only). Such an encoder needs the frames
     context a CUDA frame carries before it can open, and PyAV adopts it from the first frame
@@ -46,31 +92,10 @@ class PyavVideoEncoder:
         self.height = height
         self.pix_fmt = pix_fmt
         self.max_bitrate = bitrate
-        ctx = av.CodecContext.create(codec_name, "w")
-        assert isinstance(ctx, av.VideoCodecContext)
-        ctx.width = width
-        ctx.height = height
-        ctx.pix_fmt = pix_fmt
-        ctx.time_base = VIDEO_TIME_BASE
-        ctx.framerate = fractions.Fraction(fps).limit_denominator(1001)
-        ctx.bit_rate = bitrate
-        ctx.max_b_frames = 0
-        if gop_size is not None:
-            ctx.gop_size = gop_size
-        bufsize = max(1000, int(bitrate * vbv_frames / fps))
-        ctx.options = {**options, "maxrate": str(bitrate), "bufsize": str(bufsize)}
-        self._idr_next = False
-        if pix_fmt == "cuda":
-            if prime is None or prime.format.name != "cuda":
-                raise ValueError("an encoder of CUDA frames opens on a CUDA frame (prime)")
-            if (prime.width, prime.height) != (width, height):
-                raise ValueError(f"prime is {prime.width}x{prime.height}, not {width}x{height}")
-            prime.pts = 0
-            prime.time_base = VIDEO_TIME_BASE
-            ctx.encode(prime)  # adopts the frame's hw_frames_ctx, then opens
-            self._idr_next = True  # the decoder never sees the primed picture
-        else:
-            ctx.open()
+        ctx = open_codec_context(
+            codec_name, width, height, fps, bitrate, options, pix_fmt, gop_size, vbv_frames, prime
+        )
+        self._idr_next = pix_fmt == "cuda"  # the decoder never sees the primed picture
         self._ctx: av.VideoCodecContext | None = ctx
 
     @property

@@ -17,6 +17,14 @@ def percentile(values: Iterable[float], q: float) -> float:
     return _rank(ordered, q / 100)
 
 
+def median_p95(values: Iterable[float]) -> tuple[float, float]:
+    """The median and the 95th percentile (linear between ranks); ValueError for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    return _rank(ordered, 0.5), _rank(ordered, 0.95)
+
+
 def percentiles(values: Iterable[float], ndigits: int = 3) -> dict[str, float] | None:
     """p50/p95/p99 (linear between ranks), mean and count; None for no values."""
     ordered = sorted(values)

@@ -16,9 +16,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, pack_remb_fci
 
-from render_server.tools.signaling_client import SignalingClient, SignalingError, json_object
-
-ViewerError = SignalingError  # the server refused or failed the session
+from render_server.tools.signaling_client import SignalingClient, json_object
 
 
 class Viewer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from render_server.config import ConfigError, Resolution
+from render_server.config import MAX_FPS, ConfigError, Resolution
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
@@ -38,8 +38,8 @@ class LoadTestConfig:
             raise ConfigError(f"--streams must be 1..{MAX_STREAMS}, not {self.streams}")
         if not 1 <= self.processes <= MAX_PROCESSES:
             raise ConfigError(f"--processes must be 1..{MAX_PROCESSES}, not {self.processes}")
-        if not 1 <= self.fps <= 240:
-            raise ConfigError(f"--fps must be 1..240, not {self.fps:g}")
+        if not 1 <= self.fps <= MAX_FPS:
+            raise ConfigError(f"--fps must be 1..{MAX_FPS}, not {self.fps:g}")
         if not 0 < self.duration_s <= 24 * 3600:
             raise ConfigError(
                 f"--duration must be a positive number of seconds, not {self.duration_s:g}"

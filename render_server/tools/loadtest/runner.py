@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import multiprocessing as mp
 import os
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from render_server.memory import settle_heap
 from render_server.protocol.timing import now_ms
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.server import ServerApi, worker_mode
@@ -230,8 +230,7 @@ def _child_main(
         logging.getLogger(noisy).setLevel(logging.ERROR)
     # a full collection over what aiortc and PyAV left at import would stall every stream of
     # this process for tens of ms (counted as a freeze): none of it is garbage
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     messages.put(("ready", process))
     go.wait()
     t0_ms = float(origin.value)

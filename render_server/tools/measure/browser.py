@@ -57,13 +57,20 @@ def measure_in_chromium(
     seconds: float = 10.0,
     token: str | None = None,
     viewport: tuple[int, int] = (1280, 720),
-    page_path: str = "/",
+    before_drag: str | None = None,
+    after_drag: str | None = None,
+    summary_script: str = "window.renderStream.latency()",
 ) -> dict[str, Any]:
-    """Open `url + page_path` in headless Chromium, drag for `seconds`, return the page's
-    `renderStream.latency()` summary. Blocking: call it off the event loop."""
+    """Open the page at `url` in headless Chromium, drag for `seconds`, return the page's
+    `renderStream.latency()` summary. Blocking: call it off the event loop.
+
+    A benchmark's hooks, each a script the page evaluates (Playwright's `page.evaluate`):
+    `before_drag` once the page streams and its clocks are aligned, `after_drag` as soon as
+    the drag ends, `summary_script` (what is returned) once the last timing records came in.
+    """
     sync_playwright = _sync_playwright()
     executable = find_chromium()
-    target = url.rstrip("/") + page_path + (f"#token={token}" if token else "")
+    target = url.rstrip("/") + "/" + (f"#token={token}" if token else "")
     width, height = viewport
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -78,9 +85,13 @@ def measure_in_chromium(
             if not page.evaluate("typeof window.renderStream?.latency === 'function'"):
                 raise MeasureError("the page's SDK has no renderStream.latency()")
             page.wait_for_timeout(700)  # the SDK's first pings align the clocks
+            if before_drag is not None:
+                page.evaluate(before_drag)
             drag(page, seconds, width, height)
+            if after_drag is not None:
+                page.evaluate(after_drag)
             page.wait_for_timeout(600)  # the last timing records arrive
-            summary: dict[str, Any] = page.evaluate("window.renderStream.latency()")
+            summary: dict[str, Any] = page.evaluate(summary_script)
         finally:
             browser.close()
     if not summary.get("frames"):
