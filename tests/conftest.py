@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from render_server.config import Resolution, ServerConfig, StreamConfig
 from render_server.render import Scene, default_scene
 
+from .redis_server import redis_server
 from .support import ServerFactory
 
 OUTPUT_DIR = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).parent.parent / "test-output"))
@@ -23,6 +25,14 @@ SMALL_STREAM = StreamConfig(resolution=Resolution(320, 240), fps=30.0)
 @pytest.fixture(scope="session")
 def scene() -> Scene:
     return default_scene()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """One real redis-server for the whole run; each test keeps to keys and channels of its own
+    (`redis_server.fresh_prefix`)."""
+    with redis_server() as url:
+        yield url
 
 
 @pytest.fixture

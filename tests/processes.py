@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,9 +52,29 @@ class Process:
         return self.log.read_text()[-3000:] if self.log.exists() else ""
 
 
-def _spawn(name: str, args: list[str], log_dir: Path) -> Process:
+def environment(with_secret: bool = True) -> dict[str, str]:
+    """This process's environment for a `render-server` child: with the tests' signing key, or
+    without any RENDER_SERVER_* variable (the child then holds only what its arguments give)."""
+    if with_secret:
+        return {**os.environ, "RENDER_SERVER_SECRET": SECRET}
+    return {k: v for k, v in os.environ.items() if not k.startswith("RENDER_SERVER_")}
+
+
+def run(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`python -m render_server ARGS` run to its end, its output captured as text; `env`: the
+    child's whole environment (default: this process's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "render_server", *args],
+        capture_output=True, text=True, timeout=timeout,
+        env=None if env is None else dict(env),
+    )  # fmt: skip
+
+
+def _spawn(name: str, args: list[str], log_dir: Path, with_secret: bool = True) -> Process:
     log = log_dir / f"{name}.log"
-    env = {**os.environ, "RENDER_SERVER_SECRET": SECRET, "PYTHONUNBUFFERED": "1"}
+    env = {**environment(with_secret), "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "render_server", *args], stdout=out, stderr=subprocess.STDOUT,
@@ -83,14 +103,21 @@ def start_signaling(name: str, registry: str | None, log_dir: Path, *extra: str)
 
 
 def start_worker(
-    name: str, replica: Process, log_dir: Path, slots: int = 2, *extra: str
+    name: str,
+    replica: Process,
+    log_dir: Path,
+    slots: int = 2,
+    *extra: str,
+    with_secret: bool = True,
 ) -> Process:
+    """A worker of `replica`. Without the secret it cannot mint a token of its own: only what
+    `extra` gives it (`--token-file`) can authenticate it."""
     args = [
         "worker", "--signaling", f"ws://127.0.0.1:{replica.port}/worker", "--worker-id", name,
         "--slots", str(slots), "--resolution", "64x64", "--fps", "5", "--renderer", "cpu",
         "--encoder", "x264", "--connect-timeout", "300",
     ]  # fmt: skip
-    return _spawn(name, args + list(extra), log_dir)
+    return _spawn(name, args + list(extra), log_dir, with_secret)
 
 
 def workers(replica: Process) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,12 @@ def running_redis() -> Iterator[RedisServer]:
         yield server
     finally:
         server.cleanup()
+
+
+def fresh_prefix() -> str:
+    """A key prefix of one test's own: the tests share one redis-server (conftest's
+    `redis_url`), and none sees another's keys or channels."""
+    return f"t{uuid.uuid4().hex[:10]}"
 
 
 @contextlib.contextmanager

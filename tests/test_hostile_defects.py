@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from .hostile_clients import BackgroundLoop, CountingViewer, Served, send_text_bytes, serve
+from .support import receive
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,15 +33,13 @@ def loop() -> Iterator[BackgroundLoop]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The server all the tests here attack; once they have all run, whatever order they ran
+    in, its log must hold no traceback (checked as the fixture ends: an error of the last test
+    that used it, when there is one)."""
     with serve(tmp_path_factory.mktemp("defects") / "serve.log", fps=15, slots=4) as served:
         yield served
-
-
-async def answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    reply = await ws.receive(timeout=10)
-    assert reply.type == aiohttp.WSMsgType.TEXT, (reply, ws.close_code)
-    doc: dict[str, Any] = json.loads(reply.data)
-    return doc
+        log = served.log_text()
+    assert "Traceback" not in log, log[max(0, log.index("Traceback") - 1000) :][:5000]
 
 
 def test_deep_nesting_on_the_browser_socket_is_answered_and_the_socket_stays_open(
@@ -50,9 +49,9 @@ def test_deep_nesting_on_the_browser_socket_is_answered_and_the_socket_stays_ope
         async with aiohttp.ClientSession() as http, http.ws_connect(server.ws()) as ws:
             for text in (DEEP, '{"v": 1, "type": "session.end", "x": ' + DEEP + "}"):
                 await ws.send_str(text)
-                assert (await answer(ws))["code"] == "bad_json"
+                assert (await receive(ws))["code"] == "bad_json"
             await ws.send_str(json.dumps({"v": 1, "type": "session.end"}))
-            assert (await answer(ws))["code"] == "bad_order"  # still read: no session yet
+            assert (await receive(ws))["code"] == "bad_order"  # still read: no session yet
 
     loop.run(run())
 
@@ -64,13 +63,13 @@ def test_deep_nesting_on_the_worker_socket_is_answered_and_the_worker_stays(
         async with aiohttp.ClientSession() as http, http.ws_connect(server.ws("/worker")) as ws:
             register = {"v": 1, "type": "worker.register", "workerId": "deep", "slots": 1}
             await ws.send_str(json.dumps(register))
-            assert (await answer(ws))["type"] == "worker.registered"
+            assert (await receive(ws))["type"] == "worker.registered"
             await ws.send_str('{"v": 1, "type": "worker.heartbeat", "load": ' + DEEP + "}")
-            assert (await answer(ws))["code"] == "bad_json"
+            assert (await receive(ws))["code"] == "bad_json"
             await ws.send_bytes(b'{"v": 1, "type": "worker.heartbeat"}')
-            assert (await answer(ws))["code"] == "bad_message"  # was left unanswered
+            assert (await receive(ws))["code"] == "bad_message"  # was left unanswered
             await ws.send_str(json.dumps(register))
-            assert (await answer(ws))["code"] == "bad_order"  # registered all along
+            assert (await receive(ws))["code"] == "bad_order"  # registered all along
 
     loop.run(run())
 
@@ -111,11 +110,6 @@ def test_a_hostile_data_channel_message_is_answered_and_the_stream_goes_on(
     assert not [line for line in lost if session_id in line], lost
 
 
-def test_the_server_log_holds_no_traceback(server: Served) -> None:
-    log = server.log_text()
-    assert "Traceback" not in log, log[max(0, log.index("Traceback") - 1000) :][:5000]
-
-
 def test_a_worker_socket_that_keeps_sending_garbage_is_closed_with_1008(
     loop: BackgroundLoop, server: Served
 ) -> None:
@@ -127,16 +121,16 @@ def test_a_worker_socket_that_keeps_sending_garbage_is_closed_with_1008(
             async with http.ws_connect(server.ws("/worker")) as ws:
                 register = {"v": 1, "type": "worker.register", "workerId": "noisy", "slots": 1}
                 await ws.send_str(json.dumps(register))
-                assert (await answer(ws))["type"] == "worker.registered"
+                assert (await receive(ws))["type"] == "worker.registered"
                 for _ in range(100):
                     await ws.send_bytes(b"{}")
-                    assert (await answer(ws))["code"] == "bad_message"
+                    assert (await receive(ws))["code"] == "bad_message"
                 await ws.send_bytes(b"{}")
                 closed = await ws.receive(timeout=10)
                 assert closed.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 1008, closed
             async with http.ws_connect(server.ws("/worker")) as ws:
                 register = {"v": 1, "type": "worker.register", "workerId": "noisy", "slots": 1}
                 await ws.send_str(json.dumps(register))
-                assert (await answer(ws))["type"] == "worker.registered"
+                assert (await receive(ws))["type"] == "worker.registered"
 
     loop.run(run())

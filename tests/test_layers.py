@@ -31,19 +31,21 @@ FORBIDDEN: dict[str, set[str]] = {
 }  # fmt: skip
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p, root): p for p in root.rglob("*.py")}
 
 
 def imports_of(path: Path, name: str, known: set[str]) -> Iterator[str]:
-    """The package's modules that `path` imports (a `from pkg import module` names the module)."""
+    """The modules among `known` that `path` imports (a `from pkg import module` names the
+    module); `known` is one package's modules."""
+    top = name.partition(".")[0]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -60,12 +62,13 @@ def imports_of(path: Path, name: str, known: set[str]) -> Iterator[str]:
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]
-            if target.startswith("render_server") and target != name:
+            if (target == top or target.startswith(top + ".")) and target != name:
                 yield target
 
 
-def graph() -> dict[str, set[str]]:
-    found = modules()
+def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of the package at `root` → the package's modules it imports."""
+    found = modules(root)
     known = set(found)
     return {name: set(imports_of(path, name, known)) for name, path in found.items()}
 
@@ -110,9 +113,40 @@ def layer(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+# a small package with an import of every kind, and the edges the reader must find in it
+EVERY_KIND = {
+    "pkg/__init__.py": "from . import base  # relative, naming a module\n",
+    "pkg/base.py": "import os  # outside the package: not an edge\n",
+    "pkg/named.py": "from pkg import base  # names a module\nfrom pkg.base import thing\n",
+    "pkg/lazy.py": "def late():\n    import pkg.named  # inside a function\n",
+    "pkg/typed.py": (
+        "from typing import TYPE_CHECKING\n\n"
+        "if TYPE_CHECKING:\n    from pkg.lazy import late  # for the type checker only\n"
+    ),
+    "pkg/sub/__init__.py": "",
+    "pkg/sub/deep.py": "from .. import typed  # two levels up\nfrom ..base import thing\n",
+    "pkg/sub/sibling.py": "from .deep import x  # relative, from a module\nfrom . import deep\n",
+}
+
+
 def test_the_reader_finds_imports_of_every_kind(tmp_path: Path) -> None:
+    for name, text in EVERY_KIND.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    # `from pkg import base` imports the package as well as the module: both are edges
+    assert graph(tmp_path / "pkg") == {
+        "pkg": {"pkg.base"},
+        "pkg.base": set(),
+        "pkg.named": {"pkg", "pkg.base"},
+        "pkg.lazy": {"pkg.named"},
+        "pkg.typed": {"pkg.lazy"},
+        "pkg.sub": set(),
+        "pkg.sub.deep": {"pkg", "pkg.typed", "pkg.base"},
+        "pkg.sub.sibling": {"pkg.sub", "pkg.sub.deep"},
+    }
+    # and in the package itself: a lazy import inside a function counts (the CLI imports the
+    # server processes lazily)
     edges = graph()
-    # a lazy import inside a function counts (the CLI imports the server processes lazily)
     assert "render_server.cli.process" in edges["render_server.cli.serve"]
     assert "render_server.config" in edges["render_server.cli.options"]
 

@@ -19,6 +19,7 @@ from render_server.tools.loadtest.server import ServerApi, parse_prometheus, wor
 from render_server.tools.measure.frames import ObservedFrame
 
 from .browser import free_port, serve_process
+from .support import observed_frame, timing_record
 
 SERVE = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "4")
 
@@ -160,27 +161,19 @@ def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:
 
 
 def test_frame_latencies_keep_two_times_per_complete_frame_and_bounded_waiting() -> None:
-    from render_server.protocol.timing import TimingRecord
     from render_server.tools.loadtest.frame_latency import MAX_WAITING, FrameLatencies
 
-    def record(rtp: int, start_ms: float) -> TimingRecord:
-        return TimingRecord(
-            rtp, -1, None, start_ms, start_ms, start_ms, start_ms, start_ms, 1, False
-        )
-
-    def frame(rtp: int, last_ms: float, complete: bool = True) -> ObservedFrame:
-        return ObservedFrame(rtp, last_ms, last_ms, 10, 1, 0 if complete else 1, False, complete)
-
     latencies = FrameLatencies()
-    latencies.add_frame(frame(1, 20.0))  # before any pong: no live figure, kept for the end
-    latencies.add_record(record(1, 1010.0))
+    # before any pong: no live figure, kept for the end
+    latencies.add_frame(observed_frame(1, 20.0))
+    latencies.add_record(timing_record(1, 1010.0))
     latencies.clock.add(0.0, 1000.0, 2.0)  # worker = client + 999
-    latencies.add_record(record(2, 1040.0))  # its frame comes later
-    latencies.add_frame(frame(2, 50.0))
-    latencies.add_frame(frame(3, 80.0, complete=False))  # no latency from a lossy frame
-    latencies.add_record(record(3, 1070.0))
+    latencies.add_record(timing_record(2, 1040.0))  # its frame comes later
+    latencies.add_frame(observed_frame(2, 50.0))
+    latencies.add_frame(observed_frame(3, 80.0, complete=False))  # no latency from a lossy frame
+    latencies.add_record(timing_record(3, 1070.0))
     assert latencies.take_recent() == [pytest.approx(9.0)] and latencies.take_recent() == []
     assert latencies.series() == [(20.0, 9.0), (50.0, 9.0)]
     for rtp in range(10, 10 + 2 * MAX_WAITING):  # records of frames that never arrive
-        latencies.add_record(record(rtp, 0.0))
+        latencies.add_record(timing_record(rtp, 0.0))
     assert len(latencies.waiting_records) == MAX_WAITING

@@ -34,6 +34,7 @@ from render_server.tools.measure.matching import FrameMatcher
 from render_server.tools.stats import percentile, percentiles
 
 from .browser import serve_process
+from .support import observed_frame, timing_record
 
 P_SLICE = bytes([0x41]) + b"p" * 40
 IDR_SLICE = bytes([0x65]) + b"i" * 40
@@ -315,15 +316,6 @@ def test_matcher_pairs_records_with_frames_and_inputs_with_the_first_frame_showi
     assert matcher.report()["bad_records"] == 1
 
 
-def frame(rtp: int, last_ms: float = 0.0, complete: bool = True) -> ObservedFrame:
-    return ObservedFrame(rtp, last_ms - 1, last_ms, 500, 2, 0 if complete else 1, False, complete)
-
-
-def timing_record(rtp: int, start_ms: float = 0.0) -> TimingRecord:
-    return TimingRecord(rtp, -1, None, start_ms, start_ms + 1, start_ms + 2, start_ms + 2,
-                        start_ms + 3, 100, False)  # fmt: skip
-
-
 class Pairs(FrameMatcher):
     def __init__(self, limit: int | None = None) -> None:
         super().__init__(limit=limit)
@@ -337,9 +329,9 @@ def test_the_matcher_pairs_a_record_with_its_frame_whichever_comes_first() -> No
     matcher = Pairs()
     matcher.add_record(timing_record(100))  # the record first: the frame was slow
     assert matcher.pairs == [] and list(matcher.waiting_records) == [100]
-    matcher.add_frame(frame(200))  # the frame first: its record is still batched
-    matcher.add_frame(frame(100))
-    matcher.add_frame(frame(300, complete=False))  # paired all the same: the user decides
+    matcher.add_frame(observed_frame(200))  # the frame first: its record is still batched
+    matcher.add_frame(observed_frame(100))
+    matcher.add_frame(observed_frame(300, complete=False))  # paired all the same: the user decides
     matcher.add_record(timing_record(300))
     matcher.add_record(timing_record(200))
     assert matcher.pairs == [(100, 100, True), (300, 300, False), (200, 200, True)]
@@ -351,10 +343,10 @@ def test_the_matcher_keeps_at_most_limit_halves_waiting_the_oldest_given_up() ->
     matcher = Pairs(limit=4)
     for rtp in range(10):
         matcher.add_record(timing_record(1000 + rtp))  # frames that never come
-        matcher.add_frame(frame(2000 + rtp))  # records that never come
+        matcher.add_frame(observed_frame(2000 + rtp))  # records that never come
     assert list(matcher.waiting_records) == [1006, 1007, 1008, 1009]
     assert list(matcher.waiting_frames) == [2006, 2007, 2008, 2009]
-    matcher.add_frame(frame(1000))  # its record was given up: this frame now waits
+    matcher.add_frame(observed_frame(1000))  # its record was given up: this frame now waits
     matcher.add_record(timing_record(2009))
     assert matcher.pairs == [(2009, 2009, True)]
     assert list(matcher.waiting_frames) == [2007, 2008, 1000]

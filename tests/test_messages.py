@@ -1,4 +1,3 @@
-import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -50,6 +49,8 @@ from render_server.protocol.worker import (
 )
 from render_server.signaling.channels import Channels, browser_channel
 from render_server.signaling.state.bus import MemoryBus
+
+from .support import eventually_async
 
 
 def msg(**fields: object) -> str:
@@ -322,10 +323,7 @@ async def test_a_malformed_bus_message_is_logged_and_dropped(
         await bus.publish(browser_channel(sid), {"type": "assigned", "sessionId": sid})
         await bus.publish(browser_channel(sid), {"type": "launch.missiles"})
         await channels.to_session(sid, Resumed(2))
-        for _ in range(100):
-            if got:
-                break
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: got, 10, 0.01, what="the well-formed message")
     await channels.close()
     assert got == [Resumed(2)]
     bad = [r for r in caplog.records if r.getMessage() == "bus.bad_message"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -25,8 +25,8 @@ from render_server.transport.guard import HandlerGuard, guard_data_channels
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.local import LocalWorker
 
-from .redis_server import redis_server
-from .support import ServerFactory, ws_url
+from .redis_server import fresh_prefix
+from .support import ServerFactory, eventually_async, receive, ws_url
 
 pytestmark = pytest.mark.asyncio
 
@@ -59,12 +59,14 @@ class Browser:
     async def answer(self, message: dict[str, Any], kind: str) -> dict[str, Any]:
         start = len(self.messages)
         self.channel.send(json.dumps(message))
-        for _ in range(200):
-            found = [m for m in self.messages[start:] if m.get("type") == kind]
-            if found:
-                return found[0]
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no {kind} answered {message}: {self.messages[start:]}")
+
+        def found() -> dict[str, Any] | None:
+            return next((m for m in self.messages[start:] if m.get("type") == kind), None)
+
+        def unanswered() -> str:
+            return f"no {kind} answered {message}: {self.messages[start:]}"
+
+        return await eventually_async(found, 10, what=unanswered)
 
 
 @pytest.fixture
@@ -96,8 +98,7 @@ async def test_a_failing_command_is_answered_internal_logged_once_and_the_stream
                 assert error["code"] == "internal"
         assert (await browser.answer({"type": "ping", "id": 1, "t": 0}, "pong"))["id"] == 1
         frames = session.frames
-        await asyncio.sleep(0.5)
-        assert session.frames > frames, "the stream stopped"
+        await eventually_async(lambda: session.frames > frames, 10, what="the stream goes on")
         assert session.pc is not None and session.pc.connectionState == "connected"
     finally:
         await browser.pc.close()
@@ -105,7 +106,7 @@ async def test_a_failing_command_is_answered_internal_logged_once_and_the_stream
     assert logged.__dict__["session"] == "b" * 32 and logged.exc_info is not None
 
 
-async def test_handlers_on_aiortc_swallow_and_log_once() -> None:
+async def test_handlers_on_aiortc_swallow_and_log_once(caplog: pytest.LogCaptureFixture) -> None:
     log = logging.getLogger("test.guard")
     guard = HandlerGuard(log)
     calls: list[str] = []
@@ -118,9 +119,22 @@ async def test_handlers_on_aiortc_swallow_and_log_once() -> None:
         calls.append(x)
         raise ValueError(x)
 
-    guard.sync("a", sync)("one")
-    await guard.coroutine("b", coroutine)("two")
-    assert calls == ["one", "two"] and guard.failures == 2
+    with caplog.at_level(logging.DEBUG, logger="test.guard"):
+        for x in ("one", "two"):
+            guard.sync("a", sync)(x)
+        for x in ("three", "four"):
+            await guard.coroutine("b", coroutine)(x)
+    assert calls == ["one", "two", "three", "four"] and guard.failures == 4
+    records = [r for r in caplog.records if r.name == "test.guard"]
+    assert [r.getMessage() for r in records] == ["session.handler_failed"] * 4
+    assert [r.__dict__["event"] for r in records] == ["a", "a", "b", "b"]
+    # the first failure with its traceback, the later ones only at DEBUG, without one
+    assert [(r.levelno, r.exc_info is not None) for r in records] == [
+        (logging.ERROR, True), (logging.DEBUG, False), (logging.DEBUG, False),
+        (logging.DEBUG, False),
+    ]  # fmt: skip
+    assert records[0].exc_info is not None and isinstance(records[0].exc_info[1], ValueError)
+    assert [r.__dict__["n"] for r in records[1:]] == [2, 3, 4]
 
 
 class FakeSctp:
@@ -152,13 +166,6 @@ async def test_data_channel_receive_takes_text_that_is_not_utf8_as_binary() -> N
 # -- the sockets -----------------------------------------------------------------------------------
 
 
-async def receive_json(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    msg = await ws.receive(timeout=10)
-    assert msg.type == aiohttp.WSMsgType.TEXT, (msg, ws.close_code)
-    doc: dict[str, Any] = json.loads(msg.data)
-    return doc
-
-
 def failing_on(marker: str, parse: Any) -> Any:
     def parse_or_fail(data: str | bytes) -> Any:
         if marker in str(data):
@@ -176,9 +183,9 @@ async def test_the_browser_socket_answers_a_failure_internal_and_stays_open(
     server = await start_server()
     async with aiohttp.ClientSession() as http, http.ws_connect(ws_url(server)) as ws:
         await ws.send_str(json.dumps({"v": 1, "type": "session.end", "x": "BUG"}))
-        assert (await receive_json(ws))["code"] == "internal"
+        assert (await receive(ws))["code"] == "internal"
         await ws.send_str(json.dumps({"v": 1, "type": "session.end"}))
-        assert (await receive_json(ws))["code"] == "bad_order"  # still reading
+        assert (await receive(ws))["code"] == "bad_order"  # still reading
     assert failures(caplog, "signaling.internal_error")
 
 
@@ -192,13 +199,13 @@ async def test_the_worker_socket_answers_a_failure_internal_and_stays_open(
     async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
         register = {"v": 1, "type": "worker.register", "workerId": "w2", "slots": 1}
         await ws.send_str(json.dumps(register))
-        assert (await receive_json(ws))["type"] == "worker.registered"
+        assert (await receive(ws))["type"] == "worker.registered"
         await ws.send_str(json.dumps({"v": 1, "type": "worker.heartbeat", "x": "BUG"}))
-        assert (await receive_json(ws))["code"] == "internal"
+        assert (await receive(ws))["code"] == "internal"
         await ws.send_bytes(b"{}")
-        assert (await receive_json(ws))["code"] == "bad_message"
+        assert (await receive(ws))["code"] == "bad_message"
         await ws.send_str(json.dumps(register))
-        assert (await receive_json(ws))["code"] == "bad_order"  # still registered
+        assert (await receive(ws))["code"] == "bad_order"  # still registered
     assert failures(caplog, "worker_socket.internal_error")
 
 
@@ -219,12 +226,6 @@ async def test_the_worker_drops_deep_or_malformed_messages_from_signaling(
 # -- the bus ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with redis_server() as url:
-        yield url
-
-
 HOSTILE_PAYLOADS = [
     b"[" * 5000 + b"]" * 5000,
     b'{"n": "\xff"}',
@@ -236,17 +237,17 @@ HOSTILE_PAYLOADS = [
 
 
 async def until_heard(got: list[Message], count: int) -> None:
-    for _ in range(200):
-        if len(got) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(got)} of {count} messages")
+    def heard() -> str:
+        return f"{len(got)} of {count} messages"
+
+    await eventually_async(lambda: len(got) >= count, 10, 0.01, what=heard)
 
 
 async def test_the_redis_bus_drops_hostile_payloads_and_keeps_its_connection(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus: Bus = RedisBus(redis_url, "hostile")
+    prefix = fresh_prefix()
+    bus: Bus = RedisBus(redis_url, prefix)
     raw = aioredis.Redis.from_url(redis_url)
     got: list[Message] = []
 
@@ -257,8 +258,8 @@ async def test_the_redis_bus_drops_hostile_payloads_and_keeps_its_connection(
         with caplog.at_level(logging.INFO, logger="render_server.signaling.state.bus"):
             await bus.subscribe("c", handler)
             for payload in HOSTILE_PAYLOADS:
-                await raw.publish("hostile:c", payload)
-            await raw.publish("hostile:c", b'{"n": 1}')
+                await raw.publish(f"{prefix}:c", payload)
+            await raw.publish(f"{prefix}:c", b'{"n": 1}')
             await until_heard(got, 1)
         assert got == [{"n": 1}]
         assert len(failures(caplog, "bus.bad_message")) == len(HOSTILE_PAYLOADS)

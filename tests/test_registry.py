@@ -11,7 +11,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -54,19 +54,9 @@ from render_server.signaling.state.registry import (
     check_worker,
 )
 
-from .redis_server import redis_server, running_redis
+from .redis_server import fresh_prefix, running_redis
 
 ANY = Requirements()
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    with redis_server() as url:
-        yield url
-
-
-def fresh_prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -6,9 +6,6 @@ address (fleet-wide on Redis), an offer deadline, and requirements no worker can
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +22,8 @@ from .processes import (
     SECRET,
     Process,
     SignalClient,
+    environment,
+    run,
     start_signaling,
     start_worker,
     stopping,
@@ -32,7 +31,7 @@ from .processes import (
     wait_for_workers,
 )
 from .redis_server import redis_server
-from .support import ServerFactory, ws_url
+from .support import ServerFactory, eventually_async, ws_url
 
 STEER = {"type": "pointer", "action": "move", "dx": 0.05, "dy": 0.0, "buttons": 1}
 
@@ -185,6 +184,7 @@ async def test_a_socket_whose_session_was_resumed_elsewhere_speaks_for_it_no_mor
         owner = await client(proc, "alice")
         viewer = await client(proc, "alice", "viewer")
         boss = await client(proc, "alice")
+        control = await client(proc, "carol")  # a session whose browser does leave
         try:
             started = await start(owner)
             attach = {"sessionId": started["sessionId"], "resumeToken": started["resumeToken"]}
@@ -197,24 +197,31 @@ async def test_a_socket_whose_session_was_resumed_elsewhere_speaks_for_it_no_mor
             await viewer.send(type="offer", sdp="v=0\r\n")
             refused = await viewer.next("error", "answer")
             assert (refused["type"], refused.get("code")) == ("error", "bad_order"), refused
+            left = (await start(control))["sessionId"]  # queued: the one slot is taken
             # the sockets it was taken from close: the session, held by another, goes on
             await owner.close()
             await viewer.close()
-            await asyncio.sleep(2.0)  # past the grace period
+            closed = time.monotonic()
+            await control.close()  # after them: its grace period ends after theirs would
+            bearer = token("controller", "carol")
+
+            async def control_ended() -> bool:
+                return (await rest("GET", proc, f"/api/sessions/{left}", bearer))[0] == 404
+
+            await eventually_async(control_ended, 30, what="the grace period's end")
+            assert time.monotonic() - closed > 0.9  # it ended for leaving, a grace (1 s) later
             await boss.send(type="offer", sdp="v=0\r\n")
             assert (await boss.next("answer", "session.ended"))["type"] == "answer"
+            path = f"/api/sessions/{started['sessionId']}"
+            assert (await rest("GET", proc, path, token("viewer", "alice")))[0] == 200
         finally:
-            for browser in (owner, viewer, boss):
+            for browser in (owner, viewer, boss, control):
                 await browser.close()
             await fake.stop()
 
 
 def test_the_token_command_mints_an_admin_token() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "render_server", "token", "--role", "admin", "--subject", "ops"],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "RENDER_SERVER_SECRET": SECRET},
-    )  # fmt: skip
+    done = run("token", "--role", "admin", "--subject", "ops", env=environment())
     assert done.returncode == 0, done.stderr
     claims = jwt.decode(done.stdout.strip(), SECRET, algorithms=["HS256"], audience="render-server")
     assert (claims["role"], claims["sub"]) == ("admin", "ops")
