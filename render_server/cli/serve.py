@@ -21,8 +21,9 @@ def add_serve(sub: SubParsers) -> None:
         "serve",
         help="run the signaling server, the web client and one embedded worker in one process",
         description="Run the signaling server, serve the web client and stream from one "
-        "embedded worker. Open the printed URL in Chromium or Firefox. On a loopback address "
-        "no token is needed; anywhere else, set --secret (or RENDER_SERVER_SECRET).",
+        "embedded worker. Open the printed URL in Chromium (the stream is H.264 only). On a "
+        "loopback address no token is needed; anywhere else, set --secret-file (or "
+        "RENDER_SERVER_SECRET).",
     )
     signaling_options(p, "127.0.0.1")
     auth_options(p)
