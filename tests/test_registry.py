@@ -7,6 +7,7 @@ Redis tests run against a real redis-server (tests/redis_server.py); without one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -48,7 +49,9 @@ from render_server.signaling.state.redis_registry import (
 from render_server.signaling.state.registry import (
     Claim,
     MemoryRegistry,
+    RegisterResult,
     Registry,
+    Ticket,
     WorkerInfo,
     check_requirements,
     check_worker,
@@ -78,7 +81,7 @@ async def sessions_of(reg: Registry) -> dict[str, tuple[str, ...]]:
 
 
 async def test_register_replace_keeps_sessions(registry: Registry) -> None:
-    assert await registry.register(WorkerInfo("a", 2, {"codecs": ["H264"]})) == []
+    assert (await registry.register(WorkerInfo("a", 2, {"codecs": ["H264"]}))).served == []
     claim = (await registry.request("s1", ANY)).claim
     assert claim == Claim("a", "s1")
     await registry.register(WorkerInfo("a", 3, {"codecs": ["AV1"]}, labels=("gpu",)))
@@ -163,7 +166,8 @@ async def test_release_serves_in_order_and_skips_what_does_not_fit(registry: Reg
     assert await registry.queue() == ["needs-x", "q2"]  # it keeps its place
     assert await registry.position("needs-x") == 1
     # a worker that fits arrives: registration serves the queue too
-    assert await registry.register(WorkerInfo("x", 1, labels=("x",))) == [Claim("x", "needs-x")]
+    served = (await registry.register(WorkerInfo("x", 1, labels=("x",)))).served
+    assert served == [Claim("x", "needs-x")]
     assert await registry.release(Claim("b", "s1")) == [Claim("b", "q2")]
     assert await registry.queue() == []
 
@@ -201,13 +205,14 @@ async def test_heartbeat_and_expire(registry: Registry) -> None:
     await registry.request("s-old", ANY)
     await asyncio.sleep(0.3)
     await registry.register(WorkerInfo("new", 1))
-    assert await registry.heartbeat("new", {"fps": 60}) is True
-    assert await registry.heartbeat("unknown", {}) is False
+    assert (await registry.heartbeat("new", {"fps": 60})).known is True
+    assert (await registry.heartbeat("unknown", {})).known is False
+    assert not await registry.heartbeat("unknown", {})  # old callers test it as a bool
     assert await registry.expire(10.0) == {}
     assert await registry.expire(0.15) == {"old": [Claim("old", "s-old")]}
     [status] = await registry.workers()
     assert (status.info.worker_id, status.load) == ("new", {"fps": 60})
-    assert await registry.heartbeat("old", {}) is False  # it must register again
+    assert not await registry.heartbeat("old", {})  # it must register again
     assert await registry.worker_of("s-old") is None
     assert await registry.expire(-1.0) == {"new": []}
     assert await registry.workers() == []
@@ -352,7 +357,23 @@ SMALL_WORKERS = st.builds(
     ),
     labels=st.lists(st.sampled_from(["gpu", "x"]), max_size=2, unique=True).map(tuple),
     region=st.none() | st.just("eu"),
+    draining=st.sampled_from([False, False, False, True]),
+    instance=st.sampled_from(["", "i1"]),
 )
+
+
+LEASES = st.sampled_from([1e6, 1e6, 1e6, -1.0])  # -1: ended already (no real time in here)
+OWNERS = st.sampled_from(["", "r1", "r2"])
+SCORES = st.sampled_from([None, None, None, 5, 5, 7])  # given back: ahead of every arrival
+SESSION_LISTS = st.lists(SESSION_IDS, max_size=4)
+
+
+def comparable(answer: Any) -> Any:
+    """An answer without the times that differ between the two clocks: a queue score that is a
+    time (not one given back in `request`) reads -1."""
+    if isinstance(answer, Ticket) and answer.queued_at is not None and answer.queued_at > 100:
+        return dataclasses.replace(answer, queued_at=-1)
+    return answer
 
 
 class SameAnswers(RuleBasedStateMachine):
@@ -376,7 +397,7 @@ class SameAnswers(RuleBasedStateMachine):
         expected = self.loop.run_until_complete(op(self.memory))
         self.turn += 1
         got = self.loop.run_until_complete(op(self.replicas[self.turn % 2]))
-        assert got == expected
+        assert comparable(got) == comparable(expected)
         return expected
 
     def teardown(self) -> None:
@@ -384,21 +405,39 @@ class SameAnswers(RuleBasedStateMachine):
             self.loop.run_until_complete(replica.close())
         self.loop.close()
 
-    def registered(self, info: WorkerInfo) -> list[Claim]:
-        served: list[Claim] = self.both(lambda r: r.register(info))
-        return served
+    def registered(self, info: WorkerInfo, sessions: list[str] = []) -> list[Claim]:  # noqa: B006
+        result: RegisterResult = self.both(lambda r: r.register(info, sessions))
+        return result.served + result.adopted
 
     @initialize(target=claims, infos=st.lists(SMALL_WORKERS, max_size=3))
     def start(self, infos: list[WorkerInfo]) -> Any:
         return multiple(*[claim for info in infos for claim in self.registered(info)])
 
-    @rule(target=claims, info=SMALL_WORKERS)
-    def register(self, info: WorkerInfo) -> Any:
-        return multiple(*self.registered(info))
+    @rule(target=claims, info=SMALL_WORKERS, sessions=SESSION_LISTS)
+    def register(self, info: WorkerInfo, sessions: list[str]) -> Any:
+        return multiple(*self.registered(info, sessions))
 
-    @rule(target=claims, session=SESSION_IDS, requirements=SMALL_REQUIREMENTS)
-    def request(self, session: str, requirements: Requirements) -> Any:
-        ticket = self.both(lambda r: r.request(session, requirements))
+    @rule(
+        target=claims,
+        session=SESSION_IDS,
+        requirements=SMALL_REQUIREMENTS,
+        refuse=st.booleans(),
+        owner=OWNERS,
+        lease_s=LEASES,
+        queued_at=SCORES,
+    )
+    def request(
+        self,
+        session: str,
+        requirements: Requirements,
+        refuse: bool,
+        owner: str,
+        lease_s: float,
+        queued_at: int | None,
+    ) -> Any:
+        ticket = self.both(
+            lambda r: r.request(session, requirements, refuse, owner, lease_s, queued_at)
+        )
         return multiple(*([ticket.claim] if ticket.claim else []))
 
     @rule(target=claims, claim=consumes(claims))
@@ -413,9 +452,53 @@ class SameAnswers(RuleBasedStateMachine):
     def cancel(self, session: str) -> None:
         self.both(lambda r: r.cancel(session))
 
+    @rule(target=claims, session=SESSION_IDS)
+    def withdraw(self, session: str) -> Any:
+        return multiple(*self.both(lambda r: r.withdraw(session)).served)
+
+    @rule(session=SESSION_IDS)
+    def park(self, session: str) -> None:
+        self.both(lambda r: r.park(session))
+
+    @rule(target=claims, session=SESSION_IDS)
+    def unpark(self, session: str) -> Any:
+        return multiple(*self.both(lambda r: r.unpark(session)))
+
+    @rule(owner=OWNERS, sessions=SESSION_LISTS, lease_s=LEASES)
+    def renew(self, owner: str, sessions: list[str], lease_s: float) -> None:
+        self.both(lambda r: r.renew(owner, sessions, lease_s))
+
+    @rule(target=claims)
+    def expire_leases(self) -> Any:
+        return multiple(*self.both(lambda r: r.expire_leases()).served)
+
+    @rule(target=claims, worker=WORKER_IDS, draining=st.booleans())
+    def set_draining(self, worker: str, draining: bool) -> Any:
+        return multiple(*self.both(lambda r: r.set_draining(worker, draining)).served)
+
+    @rule(target=claims, claim=claims, owner=OWNERS)
+    def move(self, claim: Claim, owner: str) -> Any:
+        ticket = self.both(lambda r: r.move(claim.session_id, claim.worker_id, owner))
+        return multiple(*([ticket.claim] if ticket.claim else []))
+
+    @rule(target=claims, session=SESSION_IDS, worker=WORKER_IDS)
+    def move_anything(self, session: str, worker: str) -> Any:
+        ticket = self.both(lambda r: r.move(session, worker))
+        return multiple(*([ticket.claim] if ticket.claim else []))
+
     @rule(worker=WORKER_IDS, n=st.integers(0, 3))
     def heartbeat(self, worker: str, n: int) -> None:
         self.both(lambda r: r.heartbeat(worker, {"sessions": n, "fps": [60.0] * n}))
+
+    @rule(
+        target=claims,
+        worker=WORKER_IDS,
+        sessions=SESSION_LISTS,
+        grace_s=st.sampled_from([1e6, -1.0]),  # -1: every claim it does not serve is freed
+    )
+    def reconcile(self, worker: str, sessions: list[str], grace_s: float) -> Any:
+        result = self.both(lambda r: r.heartbeat(worker, {}, sessions, grace_s))
+        return multiple(*result.served)
 
     @rule(worker=WORKER_IDS)
     def unregister(self, worker: str) -> None:
@@ -425,10 +508,16 @@ class SameAnswers(RuleBasedStateMachine):
     def expire(self, timeout_s: float) -> None:
         self.both(lambda r: r.expire(timeout_s))
 
-    @rule(session=SESSION_IDS)
-    def look_up(self, session: str) -> None:
+    @rule(session=SESSION_IDS, worker=WORKER_IDS)
+    def look_up(self, session: str, worker: str) -> None:
         self.both(lambda r: r.worker_of(session))
         self.both(lambda r: r.position(session))
+        self.both(lambda r: r.owner_of(session))
+        self.both(lambda r: r.holds(worker, session))
+
+    @rule()
+    def redis_is_consistent(self) -> None:
+        self.loop.run_until_complete(check_invariant(self.replicas[0], self.url))
 
     @invariant()
     def same_state(self) -> None:
@@ -446,7 +535,7 @@ def test_memory_and_redis_give_the_same_answers(redis_url: str) -> None:
     run_state_machine_as_test(
         SameAnswers,
         settings=settings(
-            max_examples=200,
+            max_examples=300,  # many rules: more runs to meet the rarer states
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
@@ -458,30 +547,45 @@ def test_memory_and_redis_give_the_same_answers(redis_url: str) -> None:
 
 
 async def check_invariant(reg: RedisRegistry, redis_url: str) -> tuple[dict[str, str], list[str]]:
-    """Σ sessions ≤ slots on every worker, one slot per session, the index matches; returns
-    session -> worker and the queue."""
+    """Σ sessions ≤ slots on every worker (unless it re-registered with fewer); a session is in
+    the set of its holder and of the workers it moves away from, none other; the counts, the
+    free set, the leases match. Returns session -> holder, and the queue."""
     statuses = await reg.workers()
     queue = await reg.queue()
-    held: dict[str, str] = {}
+    sets: dict[str, list[str]] = {}  # session -> the workers whose sets hold it
     for status in statuses:
-        assert len(status.sessions) <= status.info.slots, status
         for session in status.sessions:
-            assert session not in held, f"{session} holds two slots"
-            held[session] = status.info.worker_id
+            sets.setdefault(session, []).append(status.info.worker_id)
     raw = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    base = f"{{{reg.prefix}}}:"
     try:
-        index = await raw.hgetall(f"{{{reg.prefix}}}:holder")
-        used = await raw.hgetall(f"{{{reg.prefix}}}:used")
-        free = await raw.zrange(f"{{{reg.prefix}}}:free", 0, -1)
+        index, used, moved, wants, owner = [
+            await raw.hgetall(base + name) for name in ("holder", "used", "moved", "wants", "owner")
+        ]
+        free = await raw.zrange(base + "free", 0, -1)
+        parked = await raw.zrange(base + "parked", 0, -1)
+        leased = await raw.zrange(base + "lease", 0, -1)
+        draining = await raw.smembers(base + "draining")
     finally:
         await raw.aclose()
-    assert index == held
-    assert set(used) <= {status.info.worker_id for status in statuses}
+    for session, workers in sets.items():
+        expected = ([index[session]] if session in index else []) + json.loads(
+            moved.get(session, "[]")
+        )
+        assert sorted(workers) == sorted(expected), (session, workers, expected)
+    assert set(index) | set(moved) == set(sets)
+    ids = {status.info.worker_id for status in statuses}
+    assert set(used) <= ids and draining <= ids
     for status in statuses:
         assert int(used.get(status.info.worker_id, 0)) == len(status.sessions)
-    assert sorted(free) == sorted(s.info.worker_id for s in statuses if s.free > 0)
-    assert not set(queue) & set(held)
-    return held, queue
+        assert status.info.draining == (status.info.worker_id in draining)
+    assert sorted(free) == sorted(
+        s.info.worker_id for s in statuses if s.free > 0 and not s.info.draining
+    )
+    assert not set(queue) & set(parked)
+    known = set(sets) | set(queue) | set(parked)
+    assert set(leased) == set(owner) == set(wants) == known
+    return index, queue
 
 
 async def test_two_replicas_200_requests(redis_url: str) -> None:

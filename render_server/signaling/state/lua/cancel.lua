@@ -1,5 +1,7 @@
--- Take waiting session ARGV[4] out of the queue: {1}, or {0} if it was not waiting.
+-- Take waiting (queued or parked) session ARGV[4] out: {1}, or {0} if it was not waiting. A
+-- claim it holds stays (see withdraw.lua).
 local done = replay() if done then return done end
-if redis.call('ZREM', K_QUEUE, ARGV[4]) == 0 then return {0} end
-redis.call('HDEL', K_WANTS, ARGV[4])
+local waiting = unqueue(ARGV[4])
+forget_if_gone(ARGV[4])
+if not waiting then return {0} end
 return remember({1})
