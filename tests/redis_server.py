@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -79,6 +80,7 @@ class RedisServer:
     def stop(self) -> None:
         if self._process is not None:
             self._process.terminate()
+            self._process.send_signal(signal.SIGCONT)  # a paused one handles the SIGTERM
             try:
                 self._process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -89,6 +91,20 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def pause(self) -> None:
+        """Stop the process (SIGSTOP) without closing anything: its port still accepts
+        connections (into the backlog) and nothing answers, as a stalled host behaves."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process run again (SIGCONT); it answers what waited meanwhile."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self._process is None:
+            raise RuntimeError("redis-server is not running")
+        self._process.send_signal(signum)
 
     def cleanup(self) -> None:
         self.stop()

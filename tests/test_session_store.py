@@ -17,7 +17,7 @@ from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.requirements import Requirements, parse_requirements
 from render_server.signaling.auth import Identity
 from render_server.signaling.context import connect_context
-from render_server.signaling.session import SessionTable
+from render_server.signaling.session_table import SessionTable
 from render_server.signaling.state.redis import connect_redis
 from render_server.signaling.state.redis_registry import RedisRegistry
 from render_server.signaling.state.registry import MemoryRegistry, Registry, WorkerInfo
@@ -120,7 +120,7 @@ async def test_a_record_nobody_renews_stops_counting_when_its_lease_ends(
     assert await store.admit(orphan, caps) is None
 
     async def renew_until_the_orphan_lapses() -> bool:
-        await store.renew([kept.session_id])  # the holding replica renews; the orphan's died
+        await store.renew([kept])  # the holding replica renews; the orphan's died
         await lapse(store, store.lease_s * 0.2)
         return await store.get(orphan.session_id) is None
 
@@ -129,10 +129,30 @@ async def test_a_record_nobody_renews_stops_counting_when_its_lease_ends(
     assert await store.get(kept.session_id) is not None  # admitted first, but renewed
     assert await store.held("subject", "alice") == 1
     assert await store.admit(record(), caps) is None  # the orphan's place is free again
-    # renewing a session that is gone does not bring it back
-    await store.renew([orphan.session_id])
-    assert await store.get(orphan.session_id) is None
     assert await store.held("subject", "alice") == 2
+
+
+async def test_renewing_stores_again_what_the_store_lost(store: SessionStore) -> None:
+    """A holder renews with its own copies: a record gone (Redis restarted, or its lease lapsed
+    while Redis was away) is stored again and counts again, past the caps (it runs already);
+    one still stored keeps its value (a resume elsewhere bumped it)."""
+    caps = SessionCaps(per_subject=2, per_address=0)
+    lost, bumped = record(), record()
+    assert await store.admit(lost, caps) is None
+    assert await store.admit(bumped, caps) is None
+    assert await store.bump(bumped.session_id, "viewer") is not None
+    await store.delete(lost.session_id)  # as a restart loses it
+    assert await store.admit(third := record(), caps) is None  # its place was free
+    assert await store.renew([lost, bumped]) == 1
+    assert await store.get(lost.session_id) == lost
+    kept = await store.get(bumped.session_id)
+    assert kept is not None and (kept.generation, kept.role) == (2, "viewer")
+    assert await store.held("subject", "alice") == 3  # over the cap: admitted before
+    assert await store.admit(record(), caps) == CapReached("subject", 3, 2)
+    # renewing twice (a retried call) counts each session once
+    assert await store.renew([lost, bumped, third]) == 0
+    assert await store.held("subject", "alice") == 3
+    assert await store.held("address", "10.0.0.1") == 3
 
 
 async def test_a_resume_takes_the_tokens_role_and_keeps_the_count(store: SessionStore) -> None:
@@ -200,7 +220,7 @@ async def test_requirements_no_worker_meets_are_refused_when_asked(registry: Reg
     gpu = Requirements(labels=frozenset({"gpu"}), resolution="1920x1080")
     # no worker at all: it waits for the fleet to come up, and the first fitting worker serves it
     assert (await registry.request("early", gpu, refuse_unservable=True)).position == 1
-    assert [c.session_id for c in await registry.register(GPU_EU)] == ["early"]
+    assert [c.session_id for c in (await registry.register(GPU_EU)).served] == ["early"]
     # the worker is busy: a request it could serve waits
     assert (await registry.request("waits", gpu, refuse_unservable=True)).position == 1
     for name, unmet in [

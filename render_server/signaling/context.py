@@ -15,6 +15,7 @@ from render_server.metrics import Metrics
 from render_server.signaling.auth import Authenticator, load_keys
 from render_server.signaling.channels import Channels
 from render_server.signaling.state.bus import connect_bus
+from render_server.signaling.state.outage import StateHealth
 from render_server.signaling.state.redis_registry import connect_registry
 from render_server.signaling.state.registry import Registry
 from render_server.signaling.state.session_store import SessionStore, connect_session_store
@@ -31,6 +32,9 @@ class SignalingContext:
     replica_id: str
     # the browsers' sockets, closed with 1001 on shutdown so that clients resume elsewhere at once
     browser_sockets: weakref.WeakSet[web.WebSocketResponse] = field(default_factory=weakref.WeakSet)
+    # whether the shared state (Redis) answers, as this replica's loops and probes found it
+    state_health: StateHealth = field(default_factory=StateHealth)
+    stopping: bool = False  # shutting down: no longer ready (/readyz answers 503)
 
     async def close(self) -> None:
         await self.channels.close()

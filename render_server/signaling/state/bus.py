@@ -3,7 +3,8 @@
 Each channel has at most one handler per bus. Messages of a channel reach it in publish order,
 one at a time (a queue and a task per channel); a handler that raises is logged and the next
 message is delivered as usual. Delivery is at most once: `RedisBus` loses what is published
-while its connection to Redis is down (it reconnects, with backoff, and subscribes again).
+while its connection to Redis is down (it reconnects, with backoff, and subscribes again; an
+outage is logged once as it begins and once as it ends, with its length).
 
 `MemoryBus` serves one process (`render-server serve`, tests); buses that share a `MemoryHub`
 reach each other as replicas on one Redis would.
@@ -24,7 +25,13 @@ from redis.exceptions import RedisError
 
 from render_server.protocol.bus import decode_bus_message
 from render_server.protocol.errors import ProtocolError
-from render_server.signaling.state.redis import connect_redis, redact, redis_client
+from render_server.signaling.state.redis import (
+    CONNECT_TIMEOUT_S,
+    SOCKET_TIMEOUT_S,
+    connect_redis,
+    redact,
+    redis_client,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +203,12 @@ class RedisBus:
         # come as plain arrays on a subscribed connection. Raw bytes: a payload is decoded by
         # the JSON reader, which refuses invalid UTF-8 as one bad message, where redis-py's
         # decoding would raise in the reader task and drop the connection.
-        self._pool = ConnectionPool.from_url(url, decode_responses=False, protocol=2)
+        # Connecting and its handshake time out (a Redis that accepts and does not answer);
+        # reading while subscribed waits up to ping_interval_s, then PINGs.
+        self._pool = ConnectionPool.from_url(
+            url, decode_responses=False, protocol=2,
+            socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S,
+        )  # fmt: skip
         self._deliveries = _Deliveries()
         self._wanted: set[str] = set()  # Redis channel names
         self._waiters: dict[str, asyncio.Future[None]] = {}  # PING token -> subscribe() waiting
@@ -280,6 +292,8 @@ class RedisBus:
     async def _read(self) -> None:
         delay, longest = self.backoff_s
         failures = 0
+        lost_at = 0.0  # when the outage began (loop time), while failures > 0
+        loop = asyncio.get_running_loop()
         while not self._closed:
             # what the pool's make_connection() does; redis-py leaves that one and connect()
             # unannotated, an untyped call under --strict only (hence unused-ignore)
@@ -299,22 +313,36 @@ class RedisBus:
                 if failures:
                     log.info(
                         "bus.reconnected",
-                        extra={"url": redact(self.url), "channels": len(channels)},
+                        extra={
+                            "url": redact(self.url),
+                            "channels": len(channels),
+                            "outage_s": round(loop.time() - lost_at, 3),
+                            "attempts": failures,
+                        },
                     )
                 failures = 0
                 await self._listen(conn)
             except Exception as exc:  # Redis gone, or a reply not understood: start afresh
+                if not failures:
+                    lost_at = loop.time()
                 failures += 1
                 wait = min(longest, delay * 2 ** min(failures - 1, 16))
-                log.warning(
-                    "bus.connection_lost",
-                    extra={"url": redact(self.url), "error": repr(exc), "retry_in_s": wait},
-                    exc_info=not isinstance(exc, RedisError | OSError),
-                )
+                self._log_failure(exc, failures, wait)
                 await asyncio.sleep(wait)
             finally:
                 self._conn = None
                 await conn.disconnect(nowait=True)
+
+    def _log_failure(self, exc: Exception, failures: int, wait: float) -> None:
+        """One WARNING when an outage begins, DEBUG for each further attempt that fails; a
+        traceback only for what is not Redis or the network failing (a bug)."""
+        expected = isinstance(exc, RedisError | OSError)
+        extra = {"url": redact(self.url), "error": repr(exc), "retry_in_s": wait}
+        if failures == 1 or not expected:
+            event = "bus.connection_lost" if failures == 1 else "bus.reconnect_failed"
+            log.warning(event, extra=extra, exc_info=not expected)
+        else:
+            log.debug("bus.reconnect_failed", extra={**extra, "attempt": failures})
 
     async def _listen(self, conn: AbstractConnection) -> None:
         pinged = False

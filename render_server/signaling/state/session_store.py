@@ -9,7 +9,8 @@ also counts the sessions (queue places included) of each subject and address, fo
 A record is a lease of `lease_s` seconds: the replica holding the session renews it
 (`SessionTable.keep_alive`) well within that, and `delete` forgets it when the session ends. A
 record that outlives its session (its replica died and no browser resumed it elsewhere) expires
-within one lease, and stops counting against its subject and address with it.
+within one lease, and stops counting against its subject and address with it. The holder renews
+with its own copy of each record: what Redis lost (a restart) is stored and counted again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +29,8 @@ import redis.asyncio as aioredis
 
 from render_server.protocol.requirements import Requirements
 from render_server.signaling.state.redis import connect_redis, lua_script
+
+log = logging.getLogger(__name__)
 
 RECORD_LEASE_S = 60.0  # the holding replica renews every quarter of it (SessionTable)
 RENEW_BATCH = 200  # sessions renewed per Redis call
@@ -106,9 +110,12 @@ class SessionStore(Protocol):
         None if the session is gone."""
         ...
 
-    async def renew(self, session_ids: Iterable[str]) -> None:
-        """Extend the leases of live sessions (their records and their places in the counts);
-        records already gone stay gone."""
+    async def renew(self, records: Iterable[SessionRecord]) -> int:
+        """Extend the leases of the sessions this replica holds (their records and their places
+        in the counts). A record that is gone (Redis restarted, or its lease lapsed while Redis
+        was away) is stored again from the holder's copy, and counts again, without the caps'
+        checks: the session runs already. A record still stored keeps its value (a resume
+        elsewhere may have bumped it). Returns how many records were stored again."""
         ...
 
     async def held(self, cap: CapName, name: str) -> int:
@@ -149,11 +156,15 @@ class MemorySessionStore:
             record = self._records[session_id] = record.resumed(role)
         return record
 
-    async def renew(self, session_ids: Iterable[str]) -> None:
-        until = self._clock() + self.lease_s
-        for session_id in session_ids:
-            if self._live(session_id) is not None:
-                self._until[session_id] = until
+    async def renew(self, records: Iterable[SessionRecord]) -> int:
+        until, restored = self._clock() + self.lease_s, 0
+        for record in records:
+            if self._live(record.session_id) is not None:
+                self._until[record.session_id] = until
+            else:
+                self._store(record)
+                restored += 1
+        return restored
 
     async def held(self, cap: CapName, name: str) -> int:
         return self._held(cap, name)
@@ -252,15 +263,17 @@ class RedisSessionStore:
         text = await self._bump(keys=[self._key(session_id)], args=[role or ""])
         return SessionRecord.from_json(text) if text else None
 
-    async def renew(self, session_ids: Iterable[str]) -> None:
-        ids = list(session_ids)
-        for first in range(0, len(ids), RENEW_BATCH):
-            texts = await self._redis.mget([self._key(s) for s in ids[first : first + RENEW_BATCH]])
-            records = [SessionRecord.from_json(text) for text in texts if text]
-            if records:
-                keys = [key for record in records for key in self._keys(record)]
-                args = [repr(self.lease_s), *(r.session_id for r in records)]
-                await self._renew(keys=keys, args=args)
+    async def renew(self, records: Iterable[SessionRecord]) -> int:
+        """One script call per RENEW_BATCH records; safe to retry (it sets, never adds)."""
+        items, restored = list(records), 0
+        for first in range(0, len(items), RENEW_BATCH):
+            batch = items[first : first + RENEW_BATCH]
+            keys = [key for record in batch for key in self._keys(record)]
+            pairs = [arg for record in batch for arg in (record.session_id, record.to_json())]
+            restored += int(await self._renew(keys=keys, args=[repr(self.lease_s), *pairs]))
+        if restored:
+            log.info("store.records_restored", extra={"records": restored})
+        return restored
 
     async def held(self, cap: CapName, name: str) -> int:
         return int(await self._held(keys=[self._held_key(cap, name)]))
