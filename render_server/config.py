@@ -37,6 +37,7 @@ DEFAULT_SLOTS = 2
 MAX_SCENE_TRIANGLES = 2_000_000
 MAX_SCENE_BYTES = 256 * 1024 * 1024
 HEARTBEAT_S = 2.0
+DRAIN_TIMEOUT_S = 100.0  # a worker's drain: inside a spot VM's two-minute notice
 
 
 class ConfigError(ValueError):
@@ -270,12 +271,32 @@ class WorkerConfig:
     ice_servers: tuple[str, ...] = ()
     heartbeat_s: float = HEARTBEAT_S
     log_format: LogFormat = "text"
+    # signaling replicas tried in turn (failover); empty: `signaling_url` alone, which is
+    # otherwise the first of them
+    signaling_urls: tuple[str, ...] = ()
+    drain_timeout_s: float = DRAIN_TIMEOUT_S  # a drain's deadline (SIGTERM, worker.drain)
+    preemption_url: str | None = None  # a spot/preemptible VM's notice endpoint, polled
+    preemption_poll_s: float = 5.0
+    metrics_port: int = 0  # the status port (/metrics, /healthz, /readyz); 0: none
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
-        if not re.match(r"wss?://", self.signaling_url):
-            raise ConfigError(f"signaling URL {self.signaling_url!r} is not ws:// or wss://")
+        urls = self.signaling_urls or (self.signaling_url,)
+        object.__setattr__(self, "signaling_urls", tuple(urls))
+        object.__setattr__(self, "signaling_url", urls[0])
+        for url in urls:
+            if not re.match(r"wss?://", url):
+                raise ConfigError(f"signaling URL {url!r} is not ws:// or wss://")
         if not (1 <= self.slots <= 256):
             raise ConfigError(f"slots {self.slots} is outside 1..256")
+        if not (0 <= self.drain_timeout_s <= 3600):
+            raise ConfigError(f"drain timeout {self.drain_timeout_s}s is outside 0..3600")
+        if self.preemption_url is not None and not re.match(r"https?://", self.preemption_url):
+            raise ConfigError(f"preemption URL {self.preemption_url!r} is not http(s)://")
+        if not (0.1 <= self.preemption_poll_s <= 3600):
+            raise ConfigError(f"preemption poll {self.preemption_poll_s}s is outside 0.1..3600")
+        if not (0 <= self.metrics_port <= 65535):
+            raise ConfigError(f"metrics port {self.metrics_port} is outside 0..65535")
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkerStatusGauges"]
 
 
 class Metrics:
@@ -31,6 +31,9 @@ class Metrics:
         self.workers = Gauge("scheduler_workers", "Workers registered", registry=r)
         self.sessions_ended = Counter(
             "sessions_ended", "Sessions ended, by reason", ["reason"], registry=r
+        )
+        self.sessions_moved = Counter(
+            "sessions_moved", "Sessions moved to another worker (a drain)", registry=r
         )
         self.sessions_active = Gauge("sessions_active", "Sessions in progress", registry=r)
         self.slots_total = Gauge("worker_slots", "Worker slots registered", registry=r)
@@ -93,5 +96,41 @@ class Metrics:
             registry=r,
         )
 
+        self.pipeline_failures = Counter(
+            "worker_pipeline_failures",
+            "Frames that failed in a session's pipeline (encoder, renderer, scene edit); the "
+            "first is rebuilt, a second within 10 s ends the session",
+            registry=r,
+        )
+        self._worker_status: WorkerStatusGauges | None = None
+
+    def worker_status(self) -> WorkerStatusGauges:
+        """A worker process's own gauges (its status port), on this registry; made once."""
+        if self._worker_status is None:
+            self._worker_status = WorkerStatusGauges(self.registry)
+        return self._worker_status
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class WorkerStatusGauges:
+    """What a worker process says of itself on its status port (`--metrics-port`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.draining = Gauge(
+            "render_worker_draining", "1 while the worker drains (hands its sessions over)",
+            registry=r,
+        )  # fmt: skip
+        self.sessions = Gauge("render_worker_sessions", "Sessions the worker serves", registry=r)
+        self.signaling_connected = Gauge(
+            "render_worker_signaling_connected",
+            "1 while the worker is registered with a signaling replica",
+            registry=r,
+        )
+        self.registrations = Counter(
+            "render_worker_signaling_registrations",
+            "Registrations with a signaling replica (the first, and each after a lost one)",
+            registry=r,
+        )

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from render_server.protocol.bus import BUS_JSON, decode_bus_message, parse_session_request, to_bus
+from render_server.protocol.bus import BUS_JSON, decode_bus_message, parse_worker_request, to_bus
 from render_server.protocol.data_channel import INPUT_JSON, MAX_INPUT_BYTES, parse_message
 from render_server.protocol.errors import ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
@@ -232,7 +232,7 @@ def test_a_socket_message_at_its_size_limit_passes_and_relays_within_the_bus_lim
     assert len(encode_message(relayed)) > 2.5 * MAX_MESSAGE_BYTES
     assert parse_to_worker(encode_message(relayed)) == relayed
     on_the_bus = json.dumps(to_bus(relayed))
-    assert parse_session_request(decode_bus_message(on_the_bus)) == relayed
+    assert parse_worker_request(decode_bus_message(on_the_bus)) == relayed
     assert RELAYED_JSON.max_bytes == BUS_JSON.max_bytes
     with pytest.raises(ProtocolError) as info:
         parse_client_message(text + "  ")
@@ -241,7 +241,7 @@ def test_a_socket_message_at_its_size_limit_passes_and_relays_within_the_bus_lim
 
 def test_the_deepest_worker_request_fits_the_bus_limits() -> None:
     request = OpenSession("a" * 32, "viewer", [IceServer(["turn:x"] * 8, "u", "c")] * 4)
-    assert parse_session_request(decode_bus_message(json.dumps(to_bus(request)))) == request
+    assert parse_worker_request(decode_bus_message(json.dumps(to_bus(request)))) == request
     assert parse_to_worker(encode_message(request)) == request
     for bad in ("[" * 9 + "]" * 9, "[1]", '"x"', '{"a": NaN}'):
         with pytest.raises(ProtocolError):

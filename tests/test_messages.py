@@ -16,7 +16,7 @@ from render_server.protocol.bus import (
     WorkerLost,
     parse_queue_news,
     parse_session_news,
-    parse_session_request,
+    parse_worker_request,
     to_bus,
 )
 from render_server.protocol.errors import ErrorCode, ProtocolError
@@ -201,7 +201,7 @@ def test_session_news_round_trip(news: SessionNews) -> None:
 
 @given(SESSION_REQUESTS)
 def test_session_requests_round_trip_on_the_bus_and_the_socket(asked: SessionRequest) -> None:
-    assert parse_session_request(over_the_bus(asked)) == asked
+    assert parse_worker_request(over_the_bus(asked)) == asked
     assert parse_to_worker(encode_message(asked)) == asked  # as the worker's socket reads it
 
 
@@ -263,13 +263,13 @@ def test_bus_documents_keep_their_shape() -> None:
         (parse_session_news, {"type": "answer", "sessionId": "0" * 32, "sdp": "hi"}, "bad_message"),
         (parse_queue_news, {"type": "assigned"}, ErrorCode.UNKNOWN_TYPE),
         (parse_queue_news, None, ErrorCode.BAD_MESSAGE),
-        (parse_session_request, {"type": "worker.registered", "workerId": "w"}, "unknown_type"),
-        (parse_session_request, {"type": "session.open", "sessionId": "0" * 32, "role": "god"},
+        (parse_worker_request, {"type": "worker.registered", "workerId": "w"}, "unknown_type"),
+        (parse_worker_request, {"type": "session.open", "sessionId": "0" * 32, "role": "god"},
          ErrorCode.BAD_MESSAGE),
-        (parse_session_request, {"type": "session.open", "sessionId": "0" * 32,
+        (parse_worker_request, {"type": "session.open", "sessionId": "0" * 32,
                                  "iceServers": [{"urls": ["stun:x"], "username": 5}]},
          ErrorCode.BAD_MESSAGE),
-        (parse_session_request, {"type": "session.close", "sessionId": "0" * 32},
+        (parse_worker_request, {"type": "session.close", "sessionId": "0" * 32},
          ErrorCode.BAD_MESSAGE),
     ],
 )  # fmt: skip
@@ -300,7 +300,7 @@ BUS_DOCS = st.fixed_dictionaries(
 @settings(max_examples=300)
 @given(st.one_of(BUS_DOCS, JSON_VALUES))
 def test_bus_parsers_answer_anything_with_a_message_or_a_coded_error(doc: object) -> None:
-    for parse in (parse_session_news, parse_queue_news, parse_session_request):
+    for parse in (parse_session_news, parse_queue_news, parse_worker_request):
         try:
             parse(doc)
         except ProtocolError as exc:

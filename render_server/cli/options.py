@@ -145,6 +145,43 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--region", default=env_value("region"), help="the worker's region")
 
 
+def lifecycle_options(p: argparse.ArgumentParser) -> None:
+    """A worker process's drain, spot notice and status port (docs/operations.md)."""
+    w = WORKER
+    g = p.add_argument_group("drain, spot VMs and status (the worker's)")
+    g.add_argument(
+        "--drain-timeout", type=float, default=env("drain_timeout", w.drain_timeout_s),
+        metavar="S",
+        help="on SIGTERM, worker.drain or a spot notice the worker hands its sessions over "
+        "and leaves when none is left, or after this long (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--preemption-url", default=env_value("preemption_url"), metavar="URL",
+        help="a spot VM's interruption notice, polled: AWS's .../spot/instance-action or "
+        "GCP's .../instance/preempted; a notice starts the drain (default: off)",
+    )  # fmt: skip
+    g.add_argument(
+        "--preemption-poll", type=float, default=env("preemption_poll", w.preemption_poll_s),
+        metavar="S", help="poll --preemption-url this often (%(default)s s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--metrics-port", type=int, default=env("metrics_port", w.metrics_port),
+        help="serve /metrics, /healthz and /readyz on this port; 0: off (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--metrics-host", default=env("metrics_host", w.metrics_host),
+        help="the status port's address (%(default)s)",
+    )  # fmt: skip
+
+
+def signaling_urls(flags: list[str] | None) -> tuple[str, ...]:
+    """`--signaling` (repeatable, comma-separated), else RENDER_SERVER_SIGNALING (a comma
+    list), else the default."""
+    given = flags if flags is not None else [env("signaling", WORKER.signaling_url)]
+    urls = tuple(url.strip() for item in given for url in item.split(",") if url.strip())
+    return urls or (WORKER.signaling_url,)
+
+
 def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
     c = SERVER
     g = p.add_argument_group("signaling")
@@ -347,7 +384,12 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
-        signaling_url=args.signaling,
+        signaling_urls=signaling_urls(args.signaling),
+        drain_timeout_s=args.drain_timeout,
+        preemption_url=args.preemption_url or None,
+        preemption_poll_s=args.preemption_poll,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         token=read_secret(args.token, args.token_file, "--token"),
         secret=read_secret(args.secret, args.secret_file, "--secret"),
         key_file=args.key_file,

@@ -34,6 +34,7 @@ from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.local_worker_link import LocalWorkerLink
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
+from render_server.worker.lifecycle import serve_worker
 from render_server.worker.local import LocalWorker
 
 log = logging.getLogger(__name__)
@@ -190,13 +191,11 @@ async def run_worker(config: WorkerConfig) -> None:
         token = Authenticator(keys).mint("worker", worker_id, SELF_MINTED_TOKEN_TTL_S)
     worker = await start_local_worker(worker_id, config, Metrics())
     settle_heap()
-    agent = WorkerAgent(worker, config.signaling_url, token, config.heartbeat_s, config.labels,
-                        config.region)  # fmt: skip
+    agent = WorkerAgent(
+        worker, config.signaling_urls, token, config.heartbeat_s, config.labels, config.region,
+        drain_timeout_s=config.drain_timeout_s,
+    )  # fmt: skip
     print(f"render-server: worker {worker_id} serving {config.slots} slots for "
-          f"{config.signaling_url}", flush=True)  # fmt: skip
-    run = asyncio.get_running_loop().create_task(agent.run())
-    try:
-        await until_stopped()
-    finally:
-        await agent.stop()
-        run.cancel()
+          f"{', '.join(config.signaling_urls)}", flush=True)  # fmt: skip
+    # the first SIGTERM/SIGINT drains (sessions handed over), a second one leaves at once
+    await serve_worker(agent, config)

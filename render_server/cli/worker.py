@@ -12,6 +12,7 @@ from render_server.cli.options import (
     auth_options,
     env,
     env_list,
+    lifecycle_options,
     log_options,
     stream_options,
     worker_config,
@@ -28,8 +29,10 @@ def add_worker(sub: SubParsers) -> None:
         "streams the sessions placed on it. Reconnects with backoff.",
     )
     p.add_argument(
-        "--signaling", default=env("signaling", WORKER.signaling_url), metavar="URL",
-        help="the signaling server's worker socket (%(default)s)",
+        "--signaling", action="append", default=None, metavar="URL[,URL...]",
+        help="a signaling replica's worker socket, tried in turn with the others when one is "
+        f"lost (repeatable, or comma-separated; default {WORKER.signaling_url}); "
+        "RENDER_SERVER_SIGNALING takes a comma-separated list too",
     )  # fmt: skip
     p.add_argument(
         "--token", default=env_value("token"),
@@ -44,6 +47,7 @@ def add_worker(sub: SubParsers) -> None:
         "--ice-server", action="append", default=env_list("ice_server"), metavar="URL",
         help="a stun: server (repeatable)",
     )  # fmt: skip
+    lifecycle_options(p)
     auth_options(p, with_mode=False)
     stream_options(p)
     log_options(p)

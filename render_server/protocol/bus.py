@@ -7,7 +7,7 @@ objects; `signaling/channels.py` names the channels and parses at the edge).
 - The queue channel reaches every replica: `QueueChanged`, to tell the waiting browsers their
   place.
 - A worker's channel reaches the replica that holds the worker (its socket, or its embedded
-  worker): `SessionRequest`, the worker protocol's requests, as the worker will get them.
+  worker): `WorkerRequest`, the worker protocol's requests, as the worker will get them.
 
 Documents carry `v` as the sockets' messages do; one without it (from a replica older than these
 types) is read as this version, so replicas can be upgraded one at a time.
@@ -35,9 +35,9 @@ from render_server.protocol.wire import (
 )
 from render_server.protocol.worker import (
     SESSION_REPLIES,
-    SESSION_REQUESTS,
+    WORKER_REQUESTS,
     SessionReply,
-    SessionRequest,
+    WorkerRequest,
 )
 
 T = TypeVar("T")
@@ -79,7 +79,7 @@ class QueueChanged(WireMessage, type="queue.changed"):
 
 
 SessionNews = Assigned | WorkerLost | Resumed | EndRequested | SessionReply
-BusMessage = SessionNews | QueueChanged | SessionRequest
+BusMessage = SessionNews | QueueChanged | WorkerRequest
 
 
 def _assigned(doc: Document) -> Assigned:
@@ -126,9 +126,9 @@ def parse_queue_news(doc: Any) -> QueueChanged:
     return _parse(doc, _QUEUE_NEWS)
 
 
-def parse_session_request(doc: Any) -> SessionRequest:
+def parse_worker_request(doc: Any) -> WorkerRequest:
     """A message of a worker's channel, or ProtocolError."""
-    return _parse(doc, SESSION_REQUESTS)
+    return _parse(doc, WORKER_REQUESTS)
 
 
 def to_bus(message: BusMessage) -> dict[str, Any]:

@@ -28,7 +28,9 @@ class ErrorCode:
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     UNKNOWN_SESSION = "unknown_session"
+    UNKNOWN_WORKER = "unknown_worker"
     WORKER_FAILED = "worker_failed"
+    UNAVAILABLE = "unavailable"  # shared state (Redis) is out of reach for now: try again soon
     INTERNAL = "internal"
 
 

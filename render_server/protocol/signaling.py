@@ -127,15 +127,26 @@ class SessionStarted(WireMessage, type="session.started"):
 
 
 class Queued(WireMessage, type="queue"):
-    """No slot is free: the session waits; sent again whenever its position changes."""
+    """No slot is free: the session waits; sent again whenever its position changes. The first
+    one carries the resume token (a waiting page that loses its socket resumes its place)."""
 
     session_id: str
     position: int
+    resume_token: str | None = None
 
 
 class SessionInterrupted(WireMessage, type="session.interrupted"):
     """The worker went away; the session is being placed on another one (a new
     `session.started` or `queue` follows; then the client offers again)."""
+
+    session_id: str
+    reason: str
+
+
+class SessionMoving(WireMessage, type="session.moving"):
+    """The session moves to another worker (its worker is draining), with its camera, quality
+    and scene: keep showing the last frame; a `session.started` naming the new worker follows,
+    then the client offers again."""
 
     session_id: str
     reason: str
@@ -154,4 +165,6 @@ class Error(WireMessage, type="error"):
     message: str
 
 
-ServerMessage = SessionStarted | Queued | SessionInterrupted | Answer | SessionEnded | Error
+ServerMessage = (
+    SessionStarted | Queued | SessionInterrupted | SessionMoving | Answer | SessionEnded | Error
+)

@@ -192,6 +192,8 @@ _JSON_NAMES = {
     "ice_servers": "iceServers",
     "sdp_mid": "sdpMid",
     "sdp_mline_index": "sdpMLineIndex",
+    "session_ids": "sessionIds",
+    "deadline_s": "deadlineS",
 }
 
 

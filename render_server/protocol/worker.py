@@ -8,6 +8,7 @@ without the socket, for a worker that runs inside a signaling replica.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any, Final, Protocol
@@ -34,33 +35,73 @@ from render_server.protocol.wire import (
 
 MAX_SLOTS: Final = 256
 MAX_CAPABILITY_BYTES: Final = 8 * 1024
+MAX_STATE_BYTES: Final = 16 * 1024  # a session's camera, quality and scene edits (a move)
+MAX_DRAIN_S: Final = 3600.0
 ROLES: Final = ("controller", "viewer")
+INSTANCE: Final = re.compile(r"[0-9A-Za-z_-]{8,64}")
 
 
 # -- worker → signaling -------------------------------------------------------------------------
 
 
 class Register(WireMessage, type="worker.register"):
+    """`instance` is a random nonce of the worker process: the same process registering again
+    (through another replica, after a dropped socket) takes its registration back, with the
+    sessions it still streams (`session_ids`); another process with the same id is refused."""
+
     worker_id: str
     slots: int
     capabilities: dict[str, Any] = field(default_factory=dict)
     labels: tuple[str, ...] = ()
     region: str | None = None
+    instance: str = ""
+    session_ids: tuple[str, ...] = ()
+    draining: bool = False
 
 
 class Heartbeat(WireMessage, type="worker.heartbeat"):
+    """`session_ids`: the sessions the worker serves now (None from a worker that does not say:
+    no reconciliation); signaling frees claims it does not serve and closes those it does not
+    know."""
+
     sessions: int
     load: dict[str, Any] = field(default_factory=dict)
+    session_ids: tuple[str, ...] | None = None
+    draining: bool = False
+
+
+class WorkerDraining(WireMessage, type="worker.draining"):
+    """The worker takes no new session from now on and hands its sessions over
+    (`session.handoff` each); it leaves when empty or `deadline_s` after this."""
+
+    reason: str
+    deadline_s: float
+
+
+class WorkerLeaving(WireMessage, type="worker.leaving"):
+    """The worker exits now: unregister it; sessions it still held are placed elsewhere."""
+
+    reason: str
+
+
+class SessionHandoff(WireMessage, type="session.handoff"):
+    """A draining worker's session, with its state (camera, quality, scene edits), to be
+    opened on another worker; the worker closes it when signaling says so."""
+
+    session_id: str
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class SessionOpened(WireMessage, type="session.opened"):
-    """The session is ready for an offer; what it will stream."""
+    """The session is ready for an offer; what it will stream. `connected`: asked again (a
+    resume), the session's media is connected now: the page need not offer again."""
 
     session_id: str
     width: int = 0
     height: int = 0
     fps: float = 0.0
     codec: str = "H264"
+    connected: bool = False
 
 
 class WorkerAnswer(WireMessage, type="answer"):
@@ -82,17 +123,53 @@ class WorkerError(WireMessage, type="error"):
 
 
 # what a worker says about one of its sessions: relayed to the session's browser
-SessionReply = SessionOpened | WorkerAnswer | WorkerError | WorkerSessionEnded
-FromWorker = Register | Heartbeat | SessionReply
+SessionReply = SessionOpened | WorkerAnswer | WorkerError | WorkerSessionEnded | SessionHandoff
+WorkerNotice = WorkerDraining | WorkerLeaving  # about the worker itself
+FromWorker = Register | Heartbeat | WorkerNotice | SessionReply
+
+
+def session_ids_field(doc: Document, key: str = "sessionIds") -> tuple[str, ...] | None:
+    """Up to MAX_SLOTS session ids, distinct; None when absent."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_SLOTS:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"`{key}` must be a list of session ids")
+    ids = tuple(session_id_field({"id": v}, "id") for v in value)
+    if len(set(ids)) != len(ids):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"`{key}` names a session twice")
+    return ids
+
+
+def bool_field(doc: Document, key: str) -> bool:
+    value = doc.get(key, False)
+    if not isinstance(value, bool):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"`{key}` must be true or false")
+    return value
+
+
+def seconds_field(doc: Document, key: str, high: float) -> float:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high:
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE, f"`{key}` must be a number of seconds 0..{high:g}"
+        )
+    return float(value)
 
 
 def _register(doc: Document) -> Register:
+    instance = doc.get("instance", "")
+    if not isinstance(instance, str) or (instance and not INSTANCE.fullmatch(instance)):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "`instance` must be 8..64 letters or digits")
     return Register(
         worker_id=name_field(doc, "workerId"),
         slots=int_field(doc, "slots", 1, MAX_SLOTS),
         capabilities=json_object_field(doc, "capabilities", MAX_CAPABILITY_BYTES),
         labels=labels_field(doc, "labels"),
         region=optional_name(doc, "region"),
+        instance=instance,
+        session_ids=session_ids_field(doc) or (),
+        draining=bool_field(doc, "draining"),
     )
 
 
@@ -106,6 +183,7 @@ def _opened(doc: Document) -> SessionOpened:
         int_field(doc, "height", 0, 16384, default=0),
         float(fps),
         name_field(doc, "codec"),
+        bool_field(doc, "connected"),
     )
 
 
@@ -118,13 +196,23 @@ SESSION_REPLIES: Final[dict[str, Callable[[Document], SessionReply]]] = {
     WorkerError.type: lambda doc: WorkerError(
         session_id_field(doc), reason_field(doc, "code"), text_field(doc, "message", 500)
     ),
+    SessionHandoff.type: lambda doc: SessionHandoff(
+        session_id_field(doc), json_object_field(doc, "state", MAX_STATE_BYTES)
+    ),
 }
 
 _FROM_WORKER: dict[str, Callable[[Document], FromWorker]] = {
     Register.type: _register,
     Heartbeat.type: lambda doc: Heartbeat(
-        int_field(doc, "sessions", 0, MAX_SLOTS, default=0), json_object_field(doc, "load", 2048)
+        int_field(doc, "sessions", 0, MAX_SLOTS, default=0),
+        json_object_field(doc, "load", 2048),
+        session_ids_field(doc),
+        bool_field(doc, "draining"),
     ),
+    WorkerDraining.type: lambda doc: WorkerDraining(
+        reason_field(doc), seconds_field(doc, "deadlineS", MAX_DRAIN_S)
+    ),
+    WorkerLeaving.type: lambda doc: WorkerLeaving(reason_field(doc)),
     **SESSION_REPLIES,
 }
 
@@ -137,9 +225,12 @@ def parse_from_worker(data: str | bytes) -> FromWorker:
 
 
 class OpenSession(WireMessage, type="session.open"):
+    """`state`: what the session's previous worker handed over (a move), to start from."""
+
     session_id: str
     role: str = "controller"
     ice_servers: list[IceServer] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class SessionOffer(WireMessage, type="offer"):
@@ -170,9 +261,19 @@ class Registered(WireMessage, type="worker.registered"):
     worker_id: str
 
 
-# what signaling asks of a worker about one session: travels on the worker's bus channel
+class DrainWorker(WireMessage, type="worker.drain"):
+    """Drain (POST /api/workers/{id}/drain): as on SIGTERM, hand every session over and leave;
+    `deadline_s` None: the worker's own --drain-timeout."""
+
+    reason: str
+    deadline_s: float | None = None
+
+
+# what signaling asks of a worker about one session
 SessionRequest = OpenSession | SessionOffer | SessionIce | CloseSession
-ToWorker = SessionRequest | Registered
+# what travels on the worker's bus channel
+WorkerRequest = SessionRequest | DrainWorker
+ToWorker = WorkerRequest | Registered
 
 
 def _ice_server(raw: Any) -> IceServer:
@@ -192,7 +293,19 @@ def _open(doc: Document) -> OpenSession:
     servers = doc.get("iceServers") or []
     if not isinstance(servers, list):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "`iceServers` must be a list")
-    return OpenSession(session_id_field(doc), role, [_ice_server(raw) for raw in servers])
+    return OpenSession(
+        session_id_field(doc),
+        role,
+        [_ice_server(raw) for raw in servers],
+        json_object_field(doc, "state", MAX_STATE_BYTES),
+    )
+
+
+def _drain(doc: Document) -> DrainWorker:
+    deadline = (
+        None if doc.get("deadlineS") is None else seconds_field(doc, "deadlineS", MAX_DRAIN_S)
+    )
+    return DrainWorker(reason_field(doc), deadline)
 
 
 SESSION_REQUESTS: Final[dict[str, Callable[[Document], SessionRequest]]] = {
@@ -202,8 +315,13 @@ SESSION_REQUESTS: Final[dict[str, Callable[[Document], SessionRequest]]] = {
     CloseSession.type: lambda doc: CloseSession(session_id_field(doc), reason_field(doc)),
 }
 
-TO_WORKER: Final[dict[str, Callable[[Document], ToWorker]]] = {
+WORKER_REQUESTS: Final[dict[str, Callable[[Document], WorkerRequest]]] = {
     **SESSION_REQUESTS,
+    DrainWorker.type: _drain,
+}
+
+TO_WORKER: Final[dict[str, Callable[[Document], ToWorker]]] = {
+    **WORKER_REQUESTS,
     Registered.type: lambda doc: Registered(name_field(doc, "workerId")),
 }
 
@@ -219,13 +337,13 @@ def parse_to_worker(data: str | bytes) -> ToWorker:
 class WorkerLink(Protocol):
     """What a `/worker` socket carries, for a worker in the replica's own process (`serve`)."""
 
-    async def open(self, registration: Register, deliver: Callable[[SessionRequest], None]) -> None:
+    async def open(self, registration: Register, deliver: Callable[[WorkerRequest], None]) -> None:
         """Register the worker; from then on signaling's requests reach `deliver`, in order."""
         ...
 
     async def heartbeat(self, beat: Heartbeat) -> None: ...
 
-    async def send(self, reply: SessionReply) -> None: ...
+    async def send(self, reply: SessionReply | WorkerNotice) -> None: ...
 
     async def close(self) -> None:
         """No more requests (the worker stays registered until its heartbeats stop)."""

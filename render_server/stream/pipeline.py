@@ -58,8 +58,10 @@ class FramePipeline:
         encoder: Encoder,
         keyframe_min_interval_s: float,
         factory: PipelineFactory | None = None,
+        fps: float = 30.0,
     ) -> None:
         self.pictures = pictures
+        self.fps = fps  # what the encoder was built for (a rebuild builds the same)
         self.encoder = encoder
         self.keyframes = KeyframeGate(keyframe_min_interval_s)
         self.last = FrameTiming()
@@ -77,6 +79,8 @@ class FramePipeline:
         self._cap: int | None = None
         self._wanted_scene: Callable[[], Scene] | None = None
         self._wanted_format: tuple[Resolution, float] | None = None
+        self._rebuild = False
+        self.rebuilds = 0  # times the stages were built afresh after a failure
 
     def request_bitrate(self, bitrate: int) -> None:
         """Aim the encoder at `bitrate` (a receiver's estimate) from the next frame on."""
@@ -103,6 +107,14 @@ class FramePipeline:
         with self._lock:
             self._wanted_format = (resolution, fps)
 
+    def request_rebuild(self) -> None:
+        """A frame failed (an encoder error, a CUDA error): build the picture source and the
+        encoder afresh from the factory, at the size and scene they had, before the next frame,
+        which is then a keyframe. Without a factory, only the keyframe."""
+        with self._lock:
+            self._rebuild = self.factory is not None
+        self.keyframes.request()
+
     @property
     def cheap(self) -> bool:
         """Frames cost next to nothing (a replayed clip): the event loop may produce them
@@ -115,7 +127,9 @@ class FramePipeline:
     def is_still(self, camera: OrbitCamera) -> bool:
         """True when the next frame would repeat the last picture with nothing else to do."""
         with self._lock:
-            pending = self._wanted_scene is not None or self._wanted_format is not None
+            pending = (
+                self._wanted_scene is not None or self._wanted_format is not None or self._rebuild
+            )
         return (
             not pending
             and self._picture is not None
@@ -132,7 +146,10 @@ class FramePipeline:
             wanted_format, self._wanted_format = self._wanted_format, None
             retarget, self._bitrate_changed = self._bitrate_changed, False
             target = min(self._estimate or 2**31, self._cap or 2**31)
+            rebuild, self._rebuild = self._rebuild, False
         fresh_encoder = False
+        if rebuild:
+            fresh_encoder = retarget = self._rebuild_stages()
         if wanted_scene is not None:
             self._scene = wanted_scene()
             if wanted_format is None:
@@ -176,7 +193,25 @@ class FramePipeline:
         self.encoder.close()
         self.pictures.close()
         self.pictures, self.encoder = pictures, encoder
+        self.fps = fps
         self._picture = None
+        return True
+
+    def _rebuild_stages(self) -> bool:
+        """New stages of the current size from the factory, the failed ones closed (whatever
+        state they are in); the factory's error, if any, is the caller's."""
+        assert self.factory is not None
+        encoder = self.encoder
+        resolution = Resolution(encoder.width, encoder.height)
+        pictures, fresh = self.factory(resolution, self.fps, self._scene)
+        for stage in (self.encoder, self.pictures):
+            try:
+                stage.close()
+            except Exception as exc:  # a broken stage may fail to close too
+                log.warning("pipeline.close_failed", extra={"error": str(exc)[:200]})
+        self.pictures, self.encoder = pictures, fresh
+        self._picture = None
+        self.rebuilds += 1
         return True
 
     def cpu_seconds(self) -> float | None:

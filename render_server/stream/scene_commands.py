@@ -135,6 +135,11 @@ class SceneCommands:
             exc.id = command.id
             raise
 
+    def restore(self, edits: SceneEdits) -> None:
+        """Start from `edits` (a session that moved here from another worker)."""
+        if edits != self.edits:
+            self._edit(edits)
+
     def scene(self) -> Scene:
         """The session's scene now: the base scene with its edits."""
         return self.edits.apply(self.base)

@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
@@ -33,6 +34,7 @@ from render_server.stream.monitor import SessionMonitor
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
+from render_server.stream.state import export_state
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.timing import watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
@@ -40,6 +42,8 @@ from render_server.transport.video_sender import add_video_sender
 
 # awaited with the reason once the session has ended, whatever ended it
 SessionEndCallback = Callable[[str], Awaitable[None]]
+# a second failure of the frame pipeline this soon after the first ends the session
+PIPELINE_FAILURE_WINDOW_S = 10.0
 
 
 class SessionNegotiationError(Exception):
@@ -85,6 +89,8 @@ class StreamSession:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"session-{session_id[:8]}")
         self._close_task: asyncio.Future[None] | None = None
         self._started_at = time.monotonic()
+        self._failed_at: float | None = None  # the frame pipeline's last failure
+        self._failure_close: asyncio.Task[None] | None = None
         self.pc: RTCPeerConnection | None = None
         self.track: EncodedVideoTrack[OrbitCamera] | None = None
         self.peers = 0
@@ -119,6 +125,19 @@ class StreamSession:
         """The stream's figures as the page was last told them."""
         return self.input.quality
 
+    def export_state(self) -> dict[str, Any]:
+        """What another worker needs to go on with this session (stream/state.py): the
+        camera, the quality the page asked for, the scene edits; JSON of MAX_STATE_BYTES."""
+        commands = self.input.commands
+        return export_state(
+            self.input.controller.camera, self.quality, commands.edits, commands.base
+        )
+
+    @property
+    def connected(self) -> bool:
+        """A peer's media is connected now."""
+        return self.pc is not None and self.pc.connectionState == "connected"
+
     @property
     def frames(self) -> int:
         """Frames handed to aiortc, every peer's."""
@@ -142,7 +161,7 @@ class StreamSession:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
         track = EncodedVideoTrack(
             self.pipeline, self.fps, self.input.camera_for_frame, self._executor,
-            self._frame_handed, idle_fps=self.idle_fps,
+            self._frame_handed, idle_fps=self.idle_fps, on_error=self._frame_failed,
         )  # fmt: skip
         timing = self.monitor.new_peer()
         self.pc, self.track = pc, track
@@ -193,6 +212,27 @@ class StreamSession:
     def _frame_handed(self, packet: EncodedPacket, handed_ms: float) -> None:
         self.input.check_format()
         self.monitor.frame_handed(packet, handed_ms, self.input.frame_input)
+
+    def _frame_failed(self, exc: Exception) -> bool:
+        """A frame raised (an encoder or CUDA error, a scene edit that did not build): the
+        first time, the pipeline is built afresh and the stream goes on from a keyframe; a
+        second failure within PIPELINE_FAILURE_WINDOW_S ends the session (`worker_failed`,
+        which the browser is told) rather than leave it frozen. False: the track ends."""
+        now = time.monotonic()
+        self.metrics.pipeline_failures.inc()
+        if self._failed_at is not None and now - self._failed_at < PIPELINE_FAILURE_WINDOW_S:
+            self.log.error("session.pipeline_failed", exc_info=exc,
+                           extra={"error": f"{type(exc).__name__}: {exc}"[:300]})  # fmt: skip
+            if self._failure_close is None:
+                self._failure_close = asyncio.get_running_loop().create_task(
+                    self.close("worker_failed")
+                )
+            return False
+        self._failed_at = now
+        self.log.error("session.frame_failed", exc_info=exc,
+                       extra={"error": f"{type(exc).__name__}: {exc}"[:300]})  # fmt: skip
+        self.pipeline.request_rebuild()
+        return True
 
     def _on_receiver_estimate(self, bitrate: int) -> None:
         """REMB: the browser's estimate of what the path carries; the encoder follows it."""

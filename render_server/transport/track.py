@@ -48,7 +48,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     rather than queued: the next frame shows the newest camera, never a backlog. While the
     picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given);
     input (`poke`) then starts a frame at once, no sooner than one frame interval after the
-    last, instead of waiting for a tick.
+    last, instead of waiting for a tick. A frame that fails is `on_error`'s to judge: True, the
+    track goes on at the next tick; False, it ends.
     """
 
     kind = "video"
@@ -61,8 +62,10 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         executor: Executor,
         on_frame: Callable[[EncodedPacket, float], None] | None = None,
         idle_fps: float | None = None,
+        on_error: Callable[[Exception], bool] | None = None,
     ) -> None:
         super().__init__()
+        self._on_error = on_error
         self._pipeline = pipeline
         self._camera_source = camera_source
         self._executor = executor
@@ -139,12 +142,22 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
                 continue
             self._last_sent = started
             pts = int((now - self._t0) * RTP_CLOCK)
-            if self._pipeline.cheap:
-                packet = self._pipeline.produce(camera, pts)  # a thread hop would cost more
-            else:
-                packet = await loop.run_in_executor(
-                    self._executor, self._pipeline.produce, camera, pts
-                )
+            try:
+                if self._pipeline.cheap:
+                    packet = self._pipeline.produce(camera, pts)  # a thread hop would cost more
+                else:
+                    packet = await loop.run_in_executor(
+                        self._executor, self._pipeline.produce, camera, pts
+                    )
+            except Exception as exc:
+                # raised into aiortc, it would stop the track: a frozen picture on a session
+                # that looks healthy. `on_error` says whether to go on (at the next tick).
+                if self._on_error is None:
+                    raise
+                if self._on_error(exc) and self.readyState == "live":
+                    continue
+                self.stop()
+                raise MediaStreamError from exc
             if self.readyState != "live":
                 raise MediaStreamError
             if packet is not None:

@@ -8,7 +8,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +36,7 @@ from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.session import SessionEndCallback, StreamSession
+from render_server.stream.state import read_state, restored_quality
 from render_server.transport import check_aiortc_version
 
 log = logging.getLogger(__name__)
@@ -114,41 +115,58 @@ class LocalWorker:
         on_end: SessionEndCallback,
         role: str = "controller",
         ice_servers: Sequence[IceServer] = (),
+        state: Mapping[str, Any] | None = None,
     ) -> StreamSession:
         """A new session; `ice_servers` (with per-session TURN credentials) replace the
-        worker's own STUN list when given."""
+        worker's own STUN list when given. `state`: another worker's `export_state` of this
+        session (a move), to go on from; what of it is malformed is left out with a WARNING."""
         # one warning in the log if aiortc is not the release the transport was checked on
         check_aiortc_version()
+        restored = read_state(state, self.scene)
+        limits = QualityLimits.of(self.stream)
+        quality = restored_quality(restored.quality, limits, limits.initial(self.stream))
         # renderer and encoder start off the event loop: a CUDA renderer loads its kernels and
         # allocates device buffers, an NVENC encoder opens a session on the GPU
-        pipeline = await asyncio.get_running_loop().run_in_executor(None, self._pipeline)
+        pipeline = await asyncio.get_running_loop().run_in_executor(
+            None, self._pipeline, quality.resolution, quality.fps
+        )
+        if quality.max_kbps < limits.max_kbps:
+            pipeline.request_bitrate_cap(quality.max_kbps * 1000)
         servers = list(ice_servers) or [IceServer(urls=[url]) for url in self.ice_servers]
-        limits = QualityLimits.of(self.stream)
         controller = CameraController(self.initial_camera.copy(), animate=self.stream.animate)
+        if restored.camera is not None:
+            restored.camera.apply(controller.camera)
+        commands = SceneCommands(self.scene, controller, pipeline.request_scene)
+        commands.restore(restored.edits)
         return StreamSession(
             session_id,
             pipeline,
             controller,
-            self.stream.fps,
+            quality.fps,
             self.stream.connect_timeout_s,
             servers,
             self.metrics,
             on_end,
             role=role,
             idle_timeout_s=self.stream.idle_timeout_s,
-            commands=SceneCommands(self.scene, controller, pipeline.request_scene),
-            quality=limits.initial(self.stream),
+            commands=commands,
+            quality=quality,
             quality_limits=limits,
             # a replayed clip moves on every frame: it never stands still
             idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
             playout_delay=self.stream.playout_delay,
         )
 
-    def _pipeline(self) -> FramePipeline:
-        pictures, encoder = self.build_stages(self.stream.resolution, self.stream.fps, None)
+    def _pipeline(
+        self, resolution: Resolution | None = None, fps: float | None = None
+    ) -> FramePipeline:
+        resolution = resolution or self.stream.resolution
+        fps = fps or self.stream.fps
+        pictures, encoder = self.build_stages(resolution, fps, None)
         return FramePipeline(
-            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self.build_stages
-        )
+            pictures, encoder, self.stream.keyframe_min_interval_s, factory=self.build_stages,
+            fps=fps,
+        )  # fmt: skip
 
     def build_stages(
         self, resolution: Resolution, fps: float, scene: Scene | None

@@ -39,3 +39,11 @@ class KeyedSerializer:
     async def drain(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def cancel(self) -> None:
+        """Cancel every job still running or waiting, and wait for them to end."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

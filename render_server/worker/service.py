@@ -6,7 +6,9 @@ embedded worker); only how replies travel differs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,10 +16,12 @@ from render_server.logs import session_logger
 from render_server.protocol.errors import ErrorCode
 from render_server.protocol.worker import (
     CloseSession,
+    DrainWorker,
     Heartbeat,
     OpenSession,
     Register,
     Registered,
+    SessionHandoff,
     SessionIce,
     SessionOffer,
     SessionOpened,
@@ -25,6 +29,7 @@ from render_server.protocol.worker import (
     ToWorker,
     WorkerAnswer,
     WorkerError,
+    WorkerNotice,
     WorkerSessionEnded,
 )
 from render_server.stream.session import SessionNegotiationError, StreamSession
@@ -33,7 +38,14 @@ from render_server.worker.serial import KeyedSerializer
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[SessionReply], Awaitable[None]]
+Send = Callable[[SessionReply | WorkerNotice], Awaitable[None]]
+# a drain asked for by signaling (`worker.drain`): its reason and deadline (None: the worker's)
+DrainHandler = Callable[[str, float | None], object]
+
+
+def new_instance() -> str:
+    """A random nonce of this worker process (`Register.instance`)."""
+    return secrets.token_urlsafe(12)
 
 
 class WorkerService:
@@ -43,24 +55,38 @@ class WorkerService:
         send: Send,
         labels: tuple[str, ...] = (),
         region: str | None = None,
+        instance: str | None = None,
     ) -> None:
         self.worker = worker
         self.send = send
         self.labels = labels
         self.region = region
+        self.instance = instance or new_instance()
         self.sessions: dict[str, StreamSession] = {}
+        self.draining = False  # no new session; the ones here are handed over
+        self.on_drain: DrainHandler | None = None
+        self.changed = asyncio.Event()  # set whenever a session comes or goes
         self._opening: set[str] = set()
         # one session's messages in order, different sessions' at once
         self._serial = KeyedSerializer()
 
+    @property
+    def idle(self) -> bool:
+        """No session here, none starting."""
+        return not self.sessions and not self._opening
+
     def submit(self, message: ToWorker) -> None:
         """Handle `message` after the earlier ones for the same session."""
-        key = "" if isinstance(message, Registered) else message.session_id
+        key = "" if isinstance(message, Registered | DrainWorker) else message.session_id
         self._serial.submit(key, lambda: self.handle(message))
 
     async def drain(self) -> None:
         """Wait for every message submitted so far to be handled."""
         await self._serial.drain()
+
+    async def cancel(self) -> None:
+        """Abandon the messages still being handled (the process ends)."""
+        await self._serial.cancel()
 
     def registration(self) -> Register:
         return Register(
@@ -69,19 +95,50 @@ class WorkerService:
             capabilities=self.worker.capabilities,
             labels=self.labels,
             region=self.region,
+            instance=self.instance,
+            session_ids=tuple(self.sessions),
+            draining=self.draining,
         )
 
     def heartbeat(self) -> Heartbeat:
         load: dict[str, Any] = {"frames": sum(s.frames for s in self.sessions.values())}
-        return Heartbeat(sessions=len(self.sessions), load=load)
+        return Heartbeat(
+            sessions=len(self.sessions),
+            load=load,
+            session_ids=tuple(self.sessions),
+            draining=self.draining,
+        )
+
+    async def handoff(self, sid: str) -> None:
+        """`session.handoff` of one session with its state, for signaling to move it."""
+        session = self.sessions.get(sid)
+        if session is None:
+            return
+        try:
+            state = session.export_state()
+        except Exception:  # a bug of ours: the session still moves, from the start
+            session_logger(__name__, sid).exception("session.export_failed")
+            state = {}
+        await self.send(SessionHandoff(sid, state))
+
+    async def handoffs(self) -> None:
+        for sid in list(self.sessions):
+            await self.handoff(sid)
 
     async def handle(self, message: ToWorker) -> None:
         if isinstance(message, OpenSession):
             await self._open(message)
+        elif isinstance(message, DrainWorker):
+            if self.on_drain is None:
+                log.warning("worker.drain_unsupported", extra={"reason": message.reason})
+            else:
+                self.on_drain(message.reason, message.deadline_s)
         elif not isinstance(message, Registered):  # the agent takes that one itself
             session = self.sessions.get(message.session_id)
             if session is None:
-                if not isinstance(message, CloseSession):
+                if isinstance(message, CloseSession):  # every close is answered, known or not
+                    await self.send(WorkerSessionEnded(message.session_id, message.reason))
+                else:
                     await self._error(
                         message.session_id, ErrorCode.UNKNOWN_SESSION, "no such session"
                     )
@@ -110,15 +167,17 @@ class WorkerService:
                 session.set_role(message.role)
             await self.send(self._opened(sid))
             return
-        if len(self.sessions) + len(self._opening) >= self.worker.slots:
-            await self._error(sid, ErrorCode.NO_CAPACITY, "this worker has no free slot")
+        if self.draining or len(self.sessions) + len(self._opening) >= self.worker.slots:
+            text = "this worker is draining" if self.draining else "this worker has no free slot"
+            await self._error(sid, ErrorCode.NO_CAPACITY, text)
             await self.send(WorkerSessionEnded(sid, ErrorCode.NO_CAPACITY))
             return
         self._opening.add(sid)
         try:
             session = await self.worker.open_session(
-                sid, self._ended_callback(sid), role=message.role, ice_servers=message.ice_servers
-            )
+                sid, self._ended_callback(sid), role=message.role,
+                ice_servers=message.ice_servers, state=message.state,
+            )  # fmt: skip
         except Exception as exc:
             session_logger(__name__, sid).exception("session.open_failed")
             await self._error(sid, ErrorCode.WORKER_FAILED, f"the worker could not start: {exc}")
@@ -126,13 +185,18 @@ class WorkerService:
             return
         finally:
             self._opening.discard(sid)
+            self.changed.set()
         self.sessions[sid] = session
         await self.send(self._opened(sid))
+        if self.draining:  # it started while the worker began to drain: it moves too
+            await self.handoff(sid)
 
     def _opened(self, sid: str) -> SessionOpened:
         stream = self.worker.stream
         res = stream.resolution
-        return SessionOpened(sid, res.width, res.height, stream.fps, "H264")
+        session = self.sessions.get(sid)
+        connected = session is not None and session.connected
+        return SessionOpened(sid, res.width, res.height, stream.fps, "H264", connected)
 
     async def _offer(self, session: StreamSession, message: SessionOffer) -> None:
         try:
@@ -146,6 +210,7 @@ class WorkerService:
     def _ended_callback(self, sid: str) -> Callable[[str], Awaitable[None]]:
         async def ended(reason: str) -> None:
             self.sessions.pop(sid, None)
+            self.changed.set()
             await self.send(WorkerSessionEnded(sid, reason))
 
         return ended
