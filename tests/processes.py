@@ -75,7 +75,7 @@ def run(
 def _spawn(name: str, args: list[str], log_dir: Path, with_secret: bool = True) -> Process:
     log = log_dir / f"{name}.log"
     env = {**environment(with_secret), "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:  # a process restarted under its name appends
         process = subprocess.Popen(
             [sys.executable, "-m", "render_server", *args], stdout=out, stderr=subprocess.STDOUT,
             env=env,
@@ -83,8 +83,11 @@ def _spawn(name: str, args: list[str], log_dir: Path, with_secret: bool = True) 
     return Process(name, process, log)
 
 
-def start_signaling(name: str, registry: str | None, log_dir: Path, *extra: str) -> Process:
-    port = free_port()
+def start_signaling(
+    name: str, registry: str | None, log_dir: Path, *extra: str, port: int | None = None
+) -> Process:
+    """A replica on `port` (a free one unless given: a replica restarted where it was)."""
+    port = port or free_port()
     args = ["signaling", "--host", "127.0.0.1", "--port", str(port), "--heartbeat-timeout", "3"]
     if registry:
         args += ["--registry", registry]
@@ -116,6 +119,7 @@ def start_worker(
         "worker", "--signaling", f"ws://127.0.0.1:{replica.port}/worker", "--worker-id", name,
         "--slots", str(slots), "--resolution", "64x64", "--fps", "5", "--renderer", "cpu",
         "--encoder", "x264", "--connect-timeout", "300",
+        "--drain-timeout", "2",  # stopped at a test's end: not the 100 s a real pod gets
     ]  # fmt: skip
     return _spawn(name, args + list(extra), log_dir, with_secret)
 

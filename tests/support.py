@@ -115,3 +115,15 @@ def timing_record(rtp: int, start_ms: float = 0.0) -> TimingRecord:
     """A frame's timing record as a worker sends it, its stages 1 ms apart from `start_ms`."""
     return TimingRecord(rtp, -1, None, start_ms, start_ms + 1, start_ms + 2, start_ms + 2,
                         start_ms + 3, 100, False)  # fmt: skip
+
+
+def fleet_figures(metrics_text: str) -> dict[str, int]:
+    """The fleet's figures as a replica's /metrics says them now (read from the registry on
+    each scrape; /healthz answers from its last background read, which may lag)."""
+    names = {"scheduler_workers": "workers", "worker_slots": "slots", "worker_slots_free": "free"}
+    figures: dict[str, int] = {}
+    for line in metrics_text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            figures[names[name]] = int(float(value))
+    return figures

@@ -60,7 +60,7 @@ from .hostile_clients import (
     serve,
 )
 from .hostile_messages import HEX, Edge, Frame, Request, frames, requests, requirements
-from .support import eventually, receive
+from .support import eventually, fleet_figures, receive
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -254,9 +254,8 @@ class Arena:
 
 
 def health(server: Served) -> dict[str, Any]:
-    with urllib.request.urlopen(server.url + "/healthz", timeout=10) as response:
-        doc: dict[str, Any] = json.load(response)
-        return doc
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        return dict(fleet_figures(response.read().decode()))
 
 
 def only_the_streams_left(server: Served) -> bool:

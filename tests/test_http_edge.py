@@ -26,7 +26,7 @@ from render_server.config import ConfigError, ServerConfig
 from render_server.tools.local_server import local_server
 
 from .processes import SECRET, token
-from .support import eventually, eventually_async, receive
+from .support import eventually, eventually_async, fleet_figures, receive
 
 SMALL = ("--renderer", "cpu", "--encoder", "x264", "--resolution", "64x64", "--fps", "5",
          "--slots", "4")  # fmt: skip
@@ -103,9 +103,9 @@ async def http_json(
 
 
 async def free_slots(server: Served) -> int:
-    status, _, doc = await http_json("GET", server.url + "/healthz")
+    status, _, doc = await http_json("GET", server.url + "/metrics")
     assert status == 200
-    return int(doc["free"])
+    return fleet_figures(str(doc))["free"]
 
 
 async def create_session(server: Served, headers: dict[str, str] | None = None) -> str:

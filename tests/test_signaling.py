@@ -12,7 +12,7 @@ import pytest
 from render_server.protocol.wire import MAX_MESSAGE_BYTES
 from render_server.tools.viewer import Viewer
 
-from .support import ServerFactory, receive, ws_url
+from .support import ServerFactory, fleet_figures, receive, ws_url
 
 pytestmark = pytest.mark.asyncio
 
@@ -44,10 +44,12 @@ async def test_health_and_metrics(start_server: ServerFactory) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.get(server.make_url("/healthz")) as response:
             assert response.status == 200
-            assert await response.json() == {"status": "ok", "workers": 1, "slots": 2, "free": 2}
+            health = await response.json()
+            assert (health["status"], health["state"]) == ("ok", "up")
         async with http.get(server.make_url("/metrics")) as response:
             text = await response.text()
             assert "worker_slots_free 2.0" in text
+            assert fleet_figures(text) == {"workers": 1, "slots": 2, "free": 2}
         async with http.get(server.make_url("/api/workers")) as response:
             (worker,) = (await response.json())["workers"]
         assert (worker["slots"], worker["free"]) == (2, 2)
@@ -144,15 +146,19 @@ async def test_a_full_server_queues_and_serves_in_turn(start_server: ServerFacto
             await first.send_str(frame(type="session.start"))
             assert (await receive(first))["type"] == "session.started"
             await second.send_str(frame(type="session.start"))
-            assert await receive(second) == {
-                "v": 1, "type": "queue", "sessionId": ANY_ID, "position": 1
+            queued = await receive(second)
+            assert queued == {
+                "v": 1, "type": "queue", "sessionId": ANY_ID, "position": 1,
+                "resumeToken": queued["resumeToken"],  # the first time only: resume its place
             }  # fmt: skip
+            assert len(queued["resumeToken"]) >= 16
             await third.send_str(frame(type="session.start"))
             assert (await receive(third))["position"] == 2
             await first.send_str(frame(type="session.end"))
             assert (await receive(first))["reason"] == "client_ended"
             # the slot goes to the first in line, and the line moves up
-            assert (await receive(second))["type"] == "session.started"
+            served = await receive(second)
+            assert served["type"] == "session.started" and "resumeToken" not in served
             assert (await receive(third)) == {
                 "v": 1, "type": "queue", "sessionId": ANY_ID, "position": 1
             }  # fmt: skip

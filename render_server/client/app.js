@@ -19,6 +19,9 @@ const REASONS = {
   signaling_lost: 'the connection to the server dropped',
   peer_lost: 'the video connection dropped',
   worker_lost: 'the worker went away: moving to another one',
+  worker_disconnected: 'the worker went away: moving to another one',
+  heartbeat_timeout: 'the worker stopped answering: moving to another one',
+  worker_draining: 'the worker is being replaced: moving your session, camera and edits',
 };
 
 stream.addEventListener('state', ({ detail }) => {

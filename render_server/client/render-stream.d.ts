@@ -189,6 +189,8 @@ export declare class RenderStream extends EventTarget {
   readonly state: StreamState;
   readonly reason: string;
   readonly session: SessionInfo | null;
+  /** The session's id from its first `queue` or `session.started` message. */
+  readonly sessionId: string | null;
   readonly quality: AppliedQuality | null;
   readonly position: number | null;
   readonly capture: InputCapture | null;

@@ -37,6 +37,10 @@ const PING_EVERY_MS = 1000;
 const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
 // errors on resume that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
+// a session that ended with one of these failed: the `error` event fires too
+const FAILURE_ENDINGS = new Set(['worker_failed', 'no_capacity', 'open_timeout', 'lease_expired']);
+// socket close codes of a replica that stops on purpose: resume on another one at once
+const RESUME_AT_ONCE = new Set([1001, 1012, 1013]);
 
 /** A `maxKbps` above any worker's own cap: no cap but the worker's configured bitrate. */
 export const NO_BITRATE_CAP = 1000000;
@@ -109,6 +113,7 @@ export class RenderStream extends EventTarget {
     this.state = State.IDLE;
     this.reason = '';
     this.session = null;  // {sessionId, workerId, width, height, fps, codec, role}
+    this.sessionId = null;  // the session's id, from its first `queue` or `session.started`
     this.resumeToken = null;
     this.position = null;
     this.quality = null;  // the worker's last `quality` message: what it renders now, its limits
@@ -226,10 +231,12 @@ export class RenderStream extends EventTarget {
       this.ws = null;
       if (TERMINAL.has(this.state)) return;
       const why = `signaling socket closed (${event.code}${event.reason ? ': ' + event.reason : ''})`;
-      if (this.session && this.resumeToken) {
-        // the media may still flow peer to peer: keep it, and get the session back
+      if (this.sessionId && this.resumeToken) {
+        // the media may still flow peer to peer (or the page waits in the queue): keep it,
+        // and get the session back
         this._setState(State.RECONNECTING, 'signaling_lost');
-        this._retry(() => this._openSocket({ sessionId: this.session.sessionId, resumeToken: this.resumeToken }), why);
+        const resume = () => this._openSocket({ sessionId: this.sessionId, resumeToken: this.resumeToken });
+        this._retry(resume, why, RESUME_AT_ONCE.has(event.code) && this._attempt === 0);
       } else {
         this._fail('signaling_closed', why);
       }
@@ -250,16 +257,26 @@ export class RenderStream extends EventTarget {
         if (message.resumeToken) this.resumeToken = message.resumeToken;
         const sameWorker = this.session && this.session.workerId === message.workerId;
         this.session = message;
+        this.sessionId = message.sessionId;
         if (sameWorker && this.pc && this.pc.connectionState === 'connected') {
           // a resumed signaling socket: the media never stopped
           this._attempt = 0;
           this._setState(State.STREAMING);
           break;
         }
+        // another worker (a move, a lost worker): the last frame stays until the new one shows
+        this._freezeFrame();
         await this._negotiate();
         break;
       }
+      case 'session.moving':
+        // the worker drains: it streams on until the new worker's `session.started`
+        this._setState(State.RECONNECTING, message.reason || 'moving');
+        break;
       case 'queue':
+        // a waiting page that loses its socket resumes its place in the queue
+        if (message.resumeToken) this.resumeToken = message.resumeToken;
+        this.sessionId = message.sessionId;
         this.position = message.position;
         if (this.state !== State.QUEUED) this._setState(State.QUEUED, `position ${message.position}`);
         this.dispatchEvent(new CustomEvent('queue', { detail: { position: message.position } }));
@@ -273,6 +290,10 @@ export class RenderStream extends EventTarget {
       case 'session.ended':
         this._teardown();
         this._setState(State.ENDED, message.reason);
+        if (FAILURE_ENDINGS.has(message.reason)) {
+          // failure is said, not hidden: the page's error handler hears of it
+          this.dispatchEvent(new CustomEvent('error', { detail: { code: message.reason, message: `the session ended: ${message.reason}` } }));
+        }
         this._ready.reject(new RenderStreamError('ended', `session ended: ${message.reason}`));
         break;
       case 'error':
@@ -399,14 +420,14 @@ export class RenderStream extends EventTarget {
     if (pc) pc.close();
   }
 
-  _retry(action, why) {
+  _retry(action, why, atOnce = false) {
     clearTimeout(this._retryTimer);
     const { attempts, baseDelayMs, maxDelayMs } = this.reconnectPolicy;
     if (this._attempt >= attempts) {
       this._fail('reconnect_failed', `gave up after ${attempts} attempts: ${why}`);
       return;
     }
-    const delay = Math.min(maxDelayMs, baseDelayMs * 2 ** this._attempt) * (0.75 + Math.random() / 2);
+    const delay = atOnce ? 0 : Math.min(maxDelayMs, baseDelayMs * 2 ** this._attempt) * (0.75 + Math.random() / 2);
     this._attempt += 1;
     this._retryTimer = setTimeout(action, delay);
   }

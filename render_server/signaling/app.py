@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 
 from aiohttp import web
 
 from render_server.protocol.wire import MAX_MESSAGE_BYTES, SUBPROTOCOL
+from render_server.protocol.worker import CloseSession
 from render_server.signaling import health, pages, rest
 from render_server.signaling.auth import BROWSER_ROLES, Identity, Role
 from render_server.signaling.browser_socket import BrowserConnection
@@ -22,10 +24,11 @@ from render_server.signaling.edge import (
     ctx_of,
     sessions_of,
 )
-from render_server.signaling.relay import tell_lost
+from render_server.signaling.faults import is_outage
+from render_server.signaling.relay import publish_assignments, tell_lost
 from render_server.signaling.request_guard import request_guard
-from render_server.signaling.session import SessionTable
-from render_server.signaling.worker_socket import WorkerSocket
+from render_server.signaling.session_table import SessionTable
+from render_server.signaling.worker_socket import GOING_AWAY, WorkerSocket
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,8 @@ WS_TRANSPORT_LIMIT = 2 * MAX_MESSAGE_BYTES
 WS_HEARTBEAT_S = 20.0
 
 BACKGROUND_KEY = web.AppKey("background", list)
+WORKER_SOCKETS_KEY = web.AppKey("worker_sockets", weakref.WeakSet)
+PENDING_LOSSES_KEY = web.AppKey("pending_losses", set)
 
 
 async def _socket(
@@ -66,20 +71,49 @@ async def browser_socket(request: web.Request) -> web.StreamResponse:
 
 async def worker_socket(request: web.Request) -> web.StreamResponse:
     ws, identity = await _socket(request, ("worker",))
-    await WorkerSocket(ws, ctx_of(request), identity).run()
+    request.app[WORKER_SOCKETS_KEY].add(ws)
+    try:
+        await WorkerSocket(ws, ctx_of(request), identity, request.app[PENDING_LOSSES_KEY]).run()
+    finally:
+        request.app[WORKER_SOCKETS_KEY].discard(ws)
     return ws
 
 
 async def _sweep(ctx: SignalingContext) -> None:
-    """Workers that stopped heart-beating (a replica that died took their sockets along)."""
+    """Workers that stopped heart-beating (a replica that died took their sockets along), and
+    claims and queue places whose replica stopped renewing them (it died)."""
     while True:
         await asyncio.sleep(ctx.config.heartbeat_s)
         try:
-            expired = await ctx.registry.expire(ctx.config.heartbeat_timeout_s)
-            for worker_id, claims in expired.items():
-                await tell_lost(ctx, worker_id, claims, "heartbeat_timeout")
-        except Exception:
-            log.exception("scheduler.sweep_failed")
+            await sweep_once(ctx)
+            ctx.state_health.ok()
+            await health.refresh_fleet(ctx)  # /healthz's figures, read here, never there
+        except Exception as exc:
+            if not is_outage(exc):
+                log.exception("scheduler.sweep_failed")
+            elif ctx.state_health.up:  # once per outage
+                log.warning("scheduler.sweep_failed", extra={"error": repr(exc)[:200]})
+            ctx.state_health.failed(exc)
+
+
+async def sweep_once(ctx: SignalingContext) -> None:
+    # while the shared state was away no worker could beat: their silence then is no sign of
+    # death, so expiry waits until the state has been back for a whole heartbeat timeout
+    if ctx.state_health.stable_for() >= ctx.config.heartbeat_timeout_s:
+        expired = await ctx.registry.expire(ctx.config.heartbeat_timeout_s)
+        for worker_id, claims in expired.items():
+            await tell_lost(ctx, worker_id, claims, "heartbeat_timeout")
+    lapsed = await ctx.registry.expire_leases()
+    for claim in lapsed.released:  # nobody holds the browser: the worker lets the session go
+        await ctx.channels.to_worker(
+            claim.worker_id, CloseSession(claim.session_id, "lease_expired")
+        )
+    if lapsed.released or lapsed.dropped:
+        log.info("scheduler.leases_expired",
+                 extra={"claims": len(lapsed.released), "queued": len(lapsed.dropped)})  # fmt: skip
+    await publish_assignments(ctx, lapsed.served)
+    if lapsed.dropped and not lapsed.served:
+        await ctx.channels.queue_changed()
 
 
 async def _start_background(app: web.Application) -> None:
@@ -90,18 +124,26 @@ async def _start_background(app: web.Application) -> None:
     app[BACKGROUND_KEY].append(loop.create_task(app[SESSIONS_KEY].keep_alive()))
 
 
-async def _close_browser_sockets(app: web.Application) -> None:
-    # 1001 "going away": the SDK resumes its session on another replica straight away
-    for ws in list(app[CONTEXT_KEY].browser_sockets):
-        # what closing a socket can raise (aiohttp 3.14 keeps most failures to the socket, in
-        # `ws.exception()`): RuntimeError for one not prepared, ConnectionError for a peer
-        # gone; one such socket must not keep the others from closing. A bug still shows.
+async def _close_sockets(app: web.Application) -> None:
+    """The replica stops: it is no longer ready, its browsers resume their sessions on another
+    replica and its workers register through another one, at once (1012, "service restart");
+    sessions and media go on. A worker whose socket closes here is not waited for."""
+    ctx = app[CONTEXT_KEY]
+    ctx.stopping = True
+    sockets = [*app[WORKER_SOCKETS_KEY], *ctx.browser_sockets]
+
+    # what closing a socket can raise (aiohttp 3.14 keeps most failures to the socket, in
+    # `ws.exception()`): RuntimeError for one not prepared, ConnectionError for a peer
+    # gone; one such socket must not keep the others from closing. A bug still shows.
+    async def close(ws: web.WebSocketResponse) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
-            await ws.close(code=1001, message=b"server shutting down")
+            await ws.close(code=GOING_AWAY, message=b"server restarting: reconnect")
+
+    await asyncio.gather(*(close(ws) for ws in sockets))
 
 
 async def _stop_background(app: web.Application) -> None:
-    for task in app[BACKGROUND_KEY]:
+    for task in [*app[BACKGROUND_KEY], *app[PENDING_LOSSES_KEY]]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -116,8 +158,10 @@ def create_app(ctx: SignalingContext) -> web.Application:
     app[CONTEXT_KEY] = ctx
     app[SESSIONS_KEY] = SessionTable(ctx)
     app[BACKGROUND_KEY] = []
+    app[WORKER_SOCKETS_KEY] = weakref.WeakSet()
+    app[PENDING_LOSSES_KEY] = set()
     app.on_startup.append(_start_background)
-    app.on_shutdown.append(_close_browser_sockets)
+    app.on_shutdown.append(_close_sockets)
     app.on_cleanup.append(_stop_background)
     app.router.add_get("/", pages.index)
     app.router.add_get("/embed", pages.embed)
@@ -127,6 +171,7 @@ def create_app(ctx: SignalingContext) -> web.Application:
     app.router.add_get("/api/sessions/{session_id:[0-9a-f]{32}}", rest.get_session)
     app.router.add_delete("/api/sessions/{session_id:[0-9a-f]{32}}", rest.delete_session)
     app.router.add_get("/api/workers", rest.list_workers)
+    app.router.add_post("/api/workers/{workerId}/drain", rest.drain_worker)
     app.router.add_get("/api/openapi.json", rest.openapi)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)

@@ -23,8 +23,10 @@ from render_server.protocol.wire import encode_message
 from render_server.signaling.access import refusal
 from render_server.signaling.audit import audit, audit_refusal
 from render_server.signaling.auth import Identity
+from render_server.signaling.faults import is_outage
 from render_server.signaling.message_guard import MessageGuard
-from render_server.signaling.session import ENDED, SessionHandle, SessionTable
+from render_server.signaling.session import ENDED, SessionHandle
+from render_server.signaling.session_table import SessionTable
 
 MESSAGE_RATE_PER_S = 20.0
 MESSAGE_BURST = 60  # a burst of trickled ICE candidates
@@ -60,7 +62,12 @@ class BrowserConnection:
                         self.ctx.metrics.messages.labels(message.type).inc()
                 except ProtocolError as exc:
                     await self.guard.reject(exc)
-                except Exception:  # a bug of ours: answered and logged; the socket stays open
+                except Exception as exc:
+                    if is_outage(exc):  # Redis away: the media goes on; the page may retry
+                        self.ctx.state_health.failed(exc)
+                        await self.guard.unavailable(exc)
+                        continue
+                    # a bug of ours: answered and logged; the socket stays open
                     await self.guard.internal_error(
                         frame=msg.type.name,
                         type=message.type if message is not None else None,

@@ -16,11 +16,11 @@ from render_server.protocol.bus import (
     SessionNews,
     parse_queue_news,
     parse_session_news,
-    parse_session_request,
+    parse_worker_request,
     to_bus,
 )
 from render_server.protocol.errors import ProtocolError
-from render_server.protocol.worker import SessionRequest
+from render_server.protocol.worker import WorkerRequest
 from render_server.signaling.state.bus import Bus, Message
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class Channels:
     async def to_session(self, session_id: str, news: SessionNews) -> None:
         await self.bus.publish(browser_channel(session_id), to_bus(news))
 
-    async def to_worker(self, worker_id: str, request: SessionRequest) -> None:
+    async def to_worker(self, worker_id: str, request: WorkerRequest) -> None:
         await self.bus.publish(worker_channel(worker_id), to_bus(request))
 
     async def queue_changed(self) -> None:
@@ -63,8 +63,8 @@ class Channels:
     async def on_session(self, session_id: str, handler: Handler[SessionNews]) -> None:
         await self._subscribe(browser_channel(session_id), parse_session_news, handler)
 
-    async def on_worker(self, worker_id: str, handler: Handler[SessionRequest]) -> None:
-        await self._subscribe(worker_channel(worker_id), parse_session_request, handler)
+    async def on_worker(self, worker_id: str, handler: Handler[WorkerRequest]) -> None:
+        await self._subscribe(worker_channel(worker_id), parse_worker_request, handler)
 
     async def on_queue(self, handler: Handler[QueueChanged]) -> None:
         await self._subscribe(QUEUE_CHANNEL, parse_queue_news, handler)

@@ -13,7 +13,7 @@ from render_server.signaling.audit import audit_refusal
 from render_server.signaling.auth import AuthError, Identity, Role, token_from_headers
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.forwarded import forwarded_client
-from render_server.signaling.session import SessionTable
+from render_server.signaling.session_table import SessionTable
 
 MAX_REST_BODY = 4096
 # REST-only codes (the sockets' are protocol.errors.ErrorCode)

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from render_server.protocol.errors import ProtocolError
-from render_server.protocol.worker import Heartbeat, Register, SessionReply, SessionRequest
+from render_server.protocol.worker import (
+    Heartbeat,
+    Register,
+    SessionReply,
+    WorkerDraining,
+    WorkerLeaving,
+    WorkerNotice,
+    WorkerRequest,
+)
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import WorkerRelay
 from render_server.signaling.state.registry import WorkerInfo
@@ -25,23 +34,30 @@ class LocalWorkerLink:
         self._info: WorkerInfo | None = None
         self._relay: WorkerRelay | None = None
 
-    async def open(self, registration: Register, deliver: Callable[[SessionRequest], None]) -> None:
+    async def open(self, registration: Register, deliver: Callable[[WorkerRequest], None]) -> None:
         worker_id = registration.worker_id
         self._info = WorkerInfo.of(registration, self.ctx.replica_id)
         self._relay = WorkerRelay(self.ctx, worker_id)
 
-        async def receive(request: SessionRequest) -> None:
+        async def receive(request: WorkerRequest) -> None:
             deliver(request)
 
         await self.ctx.channels.on_worker(worker_id, receive)
-        await self._relay.register(self._info)
+        await self._relay.register(self._info, registration.session_ids)
 
     async def heartbeat(self, beat: Heartbeat) -> None:
         assert self._relay is not None and self._info is not None, "open() first"
-        await self._relay.heartbeat(self._info, beat.load)
+        await self._relay.heartbeat(self._info, beat.load, beat.session_ids)
 
-    async def send(self, reply: SessionReply) -> None:
-        assert self._relay is not None, "open() first"
+    async def send(self, reply: SessionReply | WorkerNotice) -> None:
+        assert self._relay is not None and self._info is not None, "open() first"
+        if isinstance(reply, WorkerDraining):
+            self._info = replace(self._info, draining=True)
+            await self.ctx.registry.set_draining(self._info.worker_id, True)
+            return
+        if isinstance(reply, WorkerLeaving):
+            await self._relay.lost(f"worker_{reply.reason}"[:64])
+            return
         try:
             await self._relay.from_worker(reply)
         except ProtocolError:

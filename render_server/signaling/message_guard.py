@@ -76,6 +76,14 @@ class MessageGuard:
         log.exception(f"{self.channel}.internal_error", extra=facts)
         await self.reject(ProtocolError(ErrorCode.INTERNAL, "internal server error"))
 
+    async def unavailable(self, exc: BaseException) -> None:
+        """The shared state (Redis) is out of reach: answered `unavailable` (the client tries
+        again), logged without a traceback, not counted against the peer."""
+        log.warning(f"{self.channel}.unavailable", extra={"error": repr(exc)[:200]})
+        self.metrics.rejected.labels(ErrorCode.UNAVAILABLE).inc()
+        text = "the server's shared state is unreachable for now: try again in a few seconds"
+        await self.send(encode_message(Error(ErrorCode.UNAVAILABLE, text)))
+
     @property
     def exhausted(self) -> bool:
         """Whether the peer has had its `max_violations` refusals: `close` the socket now."""

@@ -15,7 +15,7 @@ _REST_CODES = ("bad_json", "bad_message", "too_large", "unauthorized", "forbidde
 def _responses(ok: dict[str, Any], *codes: int) -> dict[str, Any]:
     out: dict[str, Any] = dict(ok)
     text = {400: "Malformed request", 401: "No valid token", 403: "Not allowed for this token",
-            404: "No such session", 413: "Body too large",
+            404: "No such session (or worker)", 413: "Body too large",
             415: "The body is not application/json", 503: "Not ready"}  # fmt: skip
     for code in codes:
         out[str(code)] = _error(text[code])
@@ -211,6 +211,33 @@ OPENAPI: dict[str, Any] = {
                     403,
                 ),  # fmt: skip
             }
+        },
+        "/api/workers/{workerId}/drain": {
+            "parameters": [
+                {"name": "workerId", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "post": {
+                "summary": "Drain a worker: no new sessions; each of its sessions moves to "
+                "another worker with its camera, quality and scene; the worker then leaves",
+                "description": "Takes a controller or an admin token. Body (optional): "
+                '`{"deadlineS": seconds}` overrides the worker\'s --drain-timeout.',
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "deadlineS": {"type": "number", "minimum": 0, "maximum": 3600}
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": _responses(
+                    {"202": {"description": "Draining"}}, 400, 401, 403, 404, 415
+                ),  # fmt: skip
+            },
         },
         "/api/openapi.json": {
             "get": {

@@ -11,9 +11,10 @@ from render_server.protocol.bus import EndRequested
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.requirements import parse_requirements
+from render_server.protocol.worker import MAX_DRAIN_S, DrainWorker, seconds_field
 from render_server.signaling.access import Action, refusal
-from render_server.signaling.audit import audit_refusal
-from render_server.signaling.auth import BROWSER_ROLES, ROLES, SESSION_ROLES, Identity
+from render_server.signaling.audit import audit, audit_refusal
+from render_server.signaling.auth import BROWSER_ROLES, ROLES, SESSION_ROLES, Identity, Role
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.edge import (
     MAX_REST_BODY,
@@ -176,11 +177,37 @@ async def list_workers(request: web.Request) -> web.Response:
                     "region": w.info.region,
                     "capabilities": w.info.capabilities,
                     "load": w.load,
+                    "draining": w.info.draining,
                 }
                 for w in workers
             ]
         }
     )
+
+
+DRAIN_ROLES: tuple[Role, ...] = ("controller", "admin")
+
+
+async def drain_worker(request: web.Request) -> web.Response:
+    """Drain a worker as SIGTERM would: it takes no new session, moves each of its sessions
+    to another worker and leaves. Body (optional): {"deadlineS": seconds}."""
+    identity = authenticate(request, DRAIN_ROLES)
+    ctx = ctx_of(request)
+    body = await _json_body(request)
+    deadline = None
+    if body.get("deadlineS") is not None:
+        try:
+            deadline = seconds_field(body, "deadlineS", MAX_DRAIN_S)
+        except ProtocolError as exc:
+            raise http_error(400, exc.code, exc.message) from None
+    worker_id = request.match_info["workerId"]
+    workers = {w.info.worker_id for w in await ctx.registry.workers()}
+    if worker_id not in workers:
+        raise http_error(404, ErrorCode.UNKNOWN_WORKER, f"no registered worker {worker_id!r}")
+    await ctx.registry.set_draining(worker_id, True)  # no new session from now on
+    await ctx.channels.to_worker(worker_id, DrainWorker("api", deadline))
+    audit("audit.worker.drain", worker=worker_id, subject=identity.subject, role=identity.role)
+    return web.json_response({"workerId": worker_id, "draining": True}, status=202)
 
 
 async def openapi(request: web.Request) -> web.Response:
