@@ -28,6 +28,7 @@ GAP_S = 1.0  # a page without a frame for this long was affected by the fault
 SETTLE_S = 30.0
 MIN_SETTLE_S = 3.0  # a worker's socket grace (2 s) and a page's frame gap (1 s) show by then
 STEADY_S = 2.0
+RESTORE_S = 5.0
 REPLICA_OPTIONS = ("--resume-grace", "15", "--max-sessions-per-address", "0",
                    "--offer-timeout", "20")  # fmt: skip
 
@@ -53,6 +54,7 @@ class ChaosFleet:
     arrivals: list[FollowingViewer] = field(default_factory=list)  # queued, in arrival order
     served_order: list[str] = field(default_factory=list)
     signalled: set[str] = field(default_factory=set)  # workers told to stop (or killed)
+    restore: Callable[[], object] | None = None  # what to undo once a fault is measured
     next_worker: int = 0
     next_page: int = 0
 
@@ -128,21 +130,41 @@ class ChaosFleet:
 
     # -- faults -------------------------------------------------------------------------------
 
-    async def kill_worker(self, rng: random.Random, how: signal.Signals) -> str:
-        alive = [n for n, p in self.workers.items() if p.process.poll() is None]
-        name = rng.choice(sorted(set(alive) - self.signalled))
+    async def kill_worker(
+        self, rng: random.Random, how: signal.Signals, replace_now: bool = True
+    ) -> str:
+        """Stop a worker that holds sessions (any, if none does); the autoscaler's replacement
+        starts at once, or (`replace_now=False`) once the fault has been measured."""
+        alive = {n for n, p in self.workers.items() if p.process.poll() is None} - self.signalled
+        busy = {str(w["id"]) for w in self.registered() if w["free"] != w["slots"]} & alive
+        name = rng.choice(sorted(busy or alive))
         self.signalled.add(name)
         self.workers[name].kill(how)
-        self.add_worker()  # the autoscaler's replacement
+        if replace_now:
+            self.add_worker()
+        else:
+            self.restore = self.add_worker
         return f"worker {name} {how.name}"
 
-    async def kill_replica(self, rng: random.Random, how: signal.Signals) -> str:
+    async def kill_replica(
+        self, rng: random.Random, how: signal.Signals, restart_now: bool = True
+    ) -> str:
+        """Stop a replica; it restarts on its port at once, or (`restart_now=False`) once the
+        fault has been measured: a Python process starting takes this 2-core machine's CPU
+        for a second, which would stall every stream and be counted against the fault."""
         i = rng.randrange(2)
         old = self.replicas[i]
         old.kill(how)
         await asyncio.get_running_loop().run_in_executor(None, old.process.wait, 20)
-        self.replicas[i] = start_signaling(old.name, self.redis.url, self.log_dir,
-                                           *REPLICA_OPTIONS, port=old.port)  # fmt: skip
+
+        def restart() -> None:
+            self.replicas[i] = start_signaling(old.name, self.redis.url, self.log_dir,
+                                               *REPLICA_OPTIONS, port=old.port)  # fmt: skip
+
+        if restart_now:
+            restart()
+        else:
+            self.restore = restart
         return f"{old.name} {how.name}"
 
     async def redis_outage(self, seconds: float, pause: bool = False) -> str:
@@ -196,6 +218,10 @@ class ChaosFleet:
                 first = next((f for f in v.frames if f > at and f - _before(v, f) > GAP_S), None)
                 outcome.recovered_s[v.name] = (first or now) - at
         outcome.problems = self.problems()
+        if self.restore is not None:
+            self.restore()
+            self.restore = None
+            await asyncio.sleep(RESTORE_S)  # the restarted process's start-up CPU, not measured
         return outcome
 
     def problems(self) -> list[str]:
