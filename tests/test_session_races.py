@@ -8,6 +8,8 @@ scripted worker on the bus: each test failed before its fix.
   period: it is parked now (keeps its place, skipped), and comes back to it on a resume.
 - A close whose answer is lost (the bus delivers at most once) kept the session for good: it is
   sent again, then the slot is freed without it.
+- A queued session resumed on another replica did not know its queue score: when Redis lost
+  its data, it was not queued again, and the session behind it was served first.
 """
 
 from __future__ import annotations
@@ -199,3 +201,36 @@ async def test_a_close_whose_answer_is_lost_frees_the_slot(
 
     await eventually_async(freed, timeout=2)
     await eventually_async(lambda: browser.types()[-1] == "session.ended", timeout=2)
+
+
+async def test_queued_sessions_keep_their_order_when_the_registry_loses_its_data(
+    replicas: Replicas,
+) -> None:
+    """Redis restarted empty: the replicas queue their waiting sessions again at their old
+    places, a session resumed on another replica while it waited included."""
+    await worker_on(replicas.a, "w")
+    holder = await started(replicas.table_a, Browser())
+    first = await started(replicas.table_a, (gone := Browser()))
+    second = await started(replicas.table_b, Browser())
+    registry = replicas.a.registry
+    assert isinstance(registry, MemoryRegistry)
+    assert await registry.queue() == [first.session_id, second.session_id]
+
+    first.detach(gone.send)  # its page reloads onto replica B and takes its place back
+    bumped = await replicas.b.store.bump(first.session_id, "controller")
+    assert bumped is not None
+    resumed = replicas.table_b.adopt(bumped)
+    await replicas.b.channels.to_session(first.session_id, Resumed(bumped.generation))
+    resumed.attach(Browser().send)
+    await resumed.take_over()
+    assert await registry.queue() == [first.session_id, second.session_id]
+
+    registry.__init__()  # type: ignore[misc]  # Redis restarted with nothing
+    for ctx in (replicas.a, replicas.b):
+        ctx.state_health.failed(ConnectionError("redis restarted"))
+        ctx.state_health.ok()
+    relay = WorkerRelay(replicas.a, "w")
+    await relay.register(WorkerInfo("w", 1, replica="replica-a"), (holder.session_id,))
+    await replicas.table_a.renew()
+    await replicas.table_b.renew()
+    assert await registry.queue() == [first.session_id, second.session_id]

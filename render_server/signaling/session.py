@@ -129,15 +129,11 @@ class SessionHandle:
         registry = self.ctx.registry
         # a parked queue place comes back where it was (and may be served at once)
         await publish_assignments(self.ctx, await registry.unpark(self.session_id))
-        await registry.renew(self.ctx.replica_id, [self.session_id], REGISTRY_LEASE_S)
         worker = await registry.worker_of(self.session_id)
-        position = await registry.position(self.session_id)
         if worker is not None:
+            await registry.renew(self.ctx.replica_id, [self.session_id], REGISTRY_LEASE_S)
             await self._open_on(worker)  # it answers at once, saying if the media flows
-        elif position is not None:
-            self.state, self.position = QUEUED, position
-            await self._tell(Queued(self.session_id, position))
-        else:
+        else:  # asked again, a queued session keeps its place and score (owned here now)
             await self._place()
 
     def attach(self, send: Send) -> None:
