@@ -2,7 +2,8 @@
 workers (CPU renderer at 64×64) and Python peers that stream and follow their sessions as the
 SDK does (render_server/tools/following_viewer.py).
 
-- SIGTERM on a worker drains it: its streams move to the other worker within 3 s, with their
+- A worker drained by SIGTERM, by a spot VM's interruption notice (a local server plays AWS's
+  metadata endpoint) or over REST: its streams move to the other worker within 3 s, with their
   camera and scene edits, and it exits 0.
 - Redis stopped or paused for 10 s: every stream keeps its frame rate, and sessions end and
   start normally within 2 s of Redis coming back.
@@ -14,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from render_server.tools.following_viewer import FollowingViewer
 
+from .browser import free_port
 from .processes import (
     Process,
     start_signaling,
@@ -50,12 +55,12 @@ class Fleet:
         ordered = self.replicas[first:] + self.replicas[:first]
         return [r.url for r in ordered]
 
-    def worker(self, name: str, replica: int = 0, slots: int = 2) -> Process:
+    def worker(self, name: str, replica: int = 0, slots: int = 2, *extra: str) -> Process:
         """A worker registered through `replica`, failing over to the other one."""
         other = self.replicas[1 - replica]
         failover = ("--signaling", f"ws://127.0.0.1:{other.port}/worker")
         return start_worker(
-            name, self.replicas[replica], self.log_dir, slots, *WORKER_ARGS, *failover
+            name, self.replicas[replica], self.log_dir, slots, *WORKER_ARGS, *failover, *extra
         )
 
 
@@ -98,10 +103,55 @@ def used_slots(fleet: Fleet) -> dict[str, int]:
     return {w["id"]: w["slots"] - w["free"] for w in workers(fleet.replicas[0])}
 
 
-async def test_sigterm_drains_a_worker_and_its_streams_move_with_their_state(
-    fleet: Fleet, viewers: list[FollowingViewer]
+class SpotMetadata:
+    """A cloud's metadata endpoint, as AWS serves `spot/instance-action`: 404 until a notice."""
+
+    def __init__(self) -> None:
+        self.notice = False
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        async def instance_action(_: web.Request) -> web.Response:
+            if not self.notice:
+                return web.Response(status=404)
+            when = datetime.now(UTC) + timedelta(seconds=120)
+            action = {"action": "terminate", "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            return web.json_response(action)
+
+        app = web.Application()
+        app.router.add_get("/latest/meta-data/spot/instance-action", instance_action)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        port = free_port()
+        await web.TCPSite(self.runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}/latest/meta-data/spot/instance-action"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+def drain_over_rest(fleet: Fleet, worker_id: str) -> None:
+    request = urllib.request.Request(
+        f"{fleet.replicas[1].url}/api/workers/{worker_id}/drain", data=b"{}", method="POST",
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"Bearer {token('admin', 'operator')}"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 202
+
+
+@pytest.mark.parametrize("how", ["sigterm", "spot-notice", "rest-api"])
+async def test_a_drained_worker_s_streams_move_with_their_state(
+    fleet: Fleet, viewers: list[FollowingViewer], how: str
 ) -> None:
-    worker_a = fleet.worker("worker-a", 0)
+    spot = SpotMetadata()
+    await spot.start()
+    extra = (
+        ("--preemption-url", spot.url, "--preemption-poll", "0.5") if how == "spot-notice" else ()
+    )
+    worker_a = fleet.worker("worker-a", 0, 2, *extra)
     with stopping(worker_a):
         wait_for_workers(fleet.replicas[0], 1, [worker_a])
         alice, bob = await streaming(fleet, viewers, 2)
@@ -115,7 +165,12 @@ async def test_sigterm_drains_a_worker_and_its_streams_move_with_their_state(
             scenes = {v.name: await v.command("listScene") for v in (alice, bob)}
 
             killed = time.monotonic()
-            worker_a.kill(signal.SIGTERM)
+            if how == "sigterm":
+                worker_a.kill(signal.SIGTERM)
+            elif how == "spot-notice":
+                spot.notice = True  # the cloud gives its two minutes' notice
+            else:
+                drain_over_rest(fleet, "worker-a")
             for v in (alice, bob):
                 await until(
                     lambda v=v: (
@@ -131,7 +186,8 @@ async def test_sigterm_drains_a_worker_and_its_streams_move_with_their_state(
             for v in (alice, bob):
                 started = max(t for t, m in v.messages if m.get("type") == "session.started")
                 first = v.first_frame_after(started)
-                assert first is not None and first - killed < TARGET_S, (v.name, first - killed)
+                assert first is not None
+                assert first - killed < TARGET_S, (v.name, first - killed)
                 assert v.workers == ["worker-a", "worker-b"]
                 assert [m["type"] for _, m in v.messages if m["type"] == "session.moving"]
                 assert await v.command("getCamera") == poses[v.name]  # the same camera pose
@@ -144,6 +200,7 @@ async def test_sigterm_drains_a_worker_and_its_streams_move_with_their_state(
             for v in (alice, bob):  # still streaming, nothing lost
                 assert not v.ended.done()
                 assert v.frames_between(now, now + 1.0) >= FPS // 2
+    await spot.stop()
 
 
 @pytest.mark.parametrize("how", ["stopped", "paused"])
