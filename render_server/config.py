@@ -36,7 +36,7 @@ MAX_FPS = 240
 DEFAULT_SLOTS = 2
 MAX_SCENE_TRIANGLES = 2_000_000
 MAX_SCENE_BYTES = 256 * 1024 * 1024
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 1.0  # a frozen worker is found within the timeout: 3 beats
 DRAIN_TIMEOUT_S = 100.0  # a worker's drain: inside a spot VM's two-minute notice
 
 
@@ -175,7 +175,7 @@ class ServerConfig:
     turn_secret: str | None = field(default=None, repr=False)
     turn_ttl_s: float = 3600.0
     heartbeat_s: float = HEARTBEAT_S  # workers beat this often ...
-    heartbeat_timeout_s: float = 6.0  # ... and are lost after this long without one
+    heartbeat_timeout_s: float = 3.0  # ... and are lost after this long without one
     resume_grace_s: float = 15.0  # a dropped browser socket may come back this long
     open_timeout_s: float = 15.0  # a worker must open a placed session within this
     # an attached browser must offer within this once its session is open, or the slot is freed

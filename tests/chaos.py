@@ -26,7 +26,7 @@ from .redis_server import RedisServer
 FPS = 10
 GAP_S = 1.0  # a page without a frame for this long was affected by the fault
 SETTLE_S = 30.0
-MIN_SETTLE_S = 3.0  # a worker's socket grace (2 s) and a page's frame gap (1 s) show by then
+MIN_SETTLE_S = 3.0  # a worker's socket grace (1 s) and a page's frame gap (1 s) show by then
 STEADY_S = 2.0
 RESTORE_S = 5.0
 REPLICA_OPTIONS = ("--resume-grace", "15", "--max-sessions-per-address", "0",

@@ -83,7 +83,7 @@ async def _sweep(ctx: SignalingContext) -> None:
     """Workers that stopped heart-beating (a replica that died took their sockets along), and
     claims and queue places whose replica stopped renewing them (it died)."""
     while True:
-        await asyncio.sleep(ctx.config.heartbeat_s)
+        await asyncio.sleep(ctx.config.heartbeat_s / 2)  # a silent worker is found soon after
         try:
             await sweep_once(ctx)
             ctx.state_health.ok()

@@ -42,8 +42,8 @@ from render_server.signaling.state.registry import WorkerInfo, WorkerStatus
 log = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 10.0
-RECONNECT_GRACE_S = 2.0  # a worker whose socket dropped registers again within this, or is lost
-# A worker's own traffic: a heartbeat every 2 s, and per session placed on it an `opened`, an
+RECONNECT_GRACE_S = 1.0  # a worker whose socket dropped registers again within this, or is lost
+# A worker's own traffic: a heartbeat every second, and per session placed on it an `opened`, an
 # `answer` and an `ended`; a burst of sessions starting at once stays far below these.
 MESSAGE_RATE_PER_S = 200.0
 MESSAGE_BURST = 400
