@@ -15,39 +15,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from render_server.tools.stats import percentile  # noqa: E402
-from tests.chaos import ChaosFleet, Outcome  # noqa: E402
+from tests.chaos import ChaosFleet, Outcome, faults  # noqa: E402
 from tests.redis_server import running_redis  # noqa: E402
 
 TARGET_S = 3.0
 PAGES = 4
 
 
-def faults(fleet: ChaosFleet, outage_s: float) -> dict[str, Callable[[], Awaitable[str]]]:
-    import random
-
-    rng = random.Random(7)
-    # the replacement worker or the restarted replica starts once the fault is measured: its
-    # start-up takes this 2-core machine's CPU for a second (the restart_now path of the chaos
-    # test shows that cost; a cluster starts it on another node)
-    return {
-        "worker-kill": lambda: fleet.kill_worker(rng, signal.SIGKILL, replace_now=False),
-        "worker-sigterm": lambda: fleet.kill_worker(rng, signal.SIGTERM, replace_now=False),
-        "worker-freeze": lambda: fleet.kill_worker(rng, signal.SIGSTOP, replace_now=False),
-        "replica-kill": lambda: fleet.kill_replica(rng, signal.SIGKILL, restart_now=False),
-        "replica-sigterm": lambda: fleet.kill_replica(rng, signal.SIGTERM, restart_now=False),
-        "redis-stop": lambda: fleet.redis_outage(outage_s),
-        "redis-pause": lambda: fleet.redis_outage(outage_s, pause=True),
-    }
+# the replacement worker or the restarted replica starts once the fault is measured: its
+# start-up takes this 2-core machine's CPU for a second (the chaos test restarts at once and
+# shows that cost; a cluster starts it on another node)
+KINDS = ("worker-kill", "worker-sigterm", "worker-freeze", "replica-kill", "replica-sigterm",
+         "redis-stop", "redis-pause")  # fmt: skip
 
 
 async def quiet_gap(fleet: ChaosFleet, seconds: float) -> float:
@@ -76,11 +65,12 @@ async def run(runs: int, outage_s: float, only: set[str] | None, log_dir: Path) 
             await fleet.wait_workers(3)
             await fleet.stream(PAGES)
             baseline = await quiet_gap(fleet, 5.0)
-            kinds = faults(fleet, outage_s)
+            every = faults(fleet, random.Random(7), outage_s, restart_now=False)
             results: dict[str, list[Outcome]] = {}
-            for name, fault in kinds.items():
+            for name in KINDS:
                 if only and name not in only:
                     continue
+                fault = every[name]
                 for _ in range(runs):
                     outcome = await fleet.apply(name, fault)
                     clean_up_frozen(fleet)

@@ -247,6 +247,27 @@ class ChaosFleet:
         return found
 
 
+Fault = Callable[[], Awaitable[str]]
+
+
+def faults(
+    fleet: ChaosFleet, rng: random.Random, outage_s: float = 10.0, restart_now: bool = True
+) -> dict[str, Fault]:
+    """Every kind of fault, by name; `restart_now=False`: the replacement worker and the
+    restarted replica start once the fault is measured (see `kill_worker`, `kill_replica`)."""
+    return {
+        "worker-kill": lambda: fleet.kill_worker(rng, signal.SIGKILL, restart_now),
+        "worker-sigterm": lambda: fleet.kill_worker(rng, signal.SIGTERM, restart_now),
+        "worker-freeze": lambda: fleet.kill_worker(rng, signal.SIGSTOP, restart_now),
+        "replica-kill": lambda: fleet.kill_replica(rng, signal.SIGKILL, restart_now),
+        "replica-sigterm": lambda: fleet.kill_replica(rng, signal.SIGTERM, restart_now),
+        "redis-stop": lambda: fleet.redis_outage(outage_s),
+        "redis-pause": lambda: fleet.redis_outage(outage_s, pause=True),
+        "queued-page-vanishes": lambda: fleet.drop_queued(rng),
+        "page-ends-session": lambda: fleet.end_one(rng),
+    }
+
+
 def _before(viewer: FollowingViewer, frame: float) -> float:
     i = viewer.frames.index(frame)
     return viewer.frames[i - 1] if i > 0 else frame

@@ -7,10 +7,8 @@ Imported when a server command runs, not for `--help`: it loads aiortc, numba an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import uuid
@@ -32,6 +30,7 @@ from render_server.signaling.connection_limits import ConnectionLimits, listen
 from render_server.signaling.context import connect_context
 from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.local_worker_link import LocalWorkerLink
+from render_server.signals import on_stop_signals
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
 from render_server.worker.lifecycle import serve_worker
@@ -98,14 +97,7 @@ async def start_local_worker(
 async def until_stopped() -> None:
     """Until SIGTERM (an orchestrator's stop) or Ctrl+C."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        # NotImplementedError: an event loop without signal support (Windows'), where Ctrl+C
-        # still arrives as the KeyboardInterrupt that `run_process` ends on. Off the main
-        # thread this would raise RuntimeError: it runs only under `run_process`, on the main
-        # thread of a server command (the tests' threaded servers call `build_app`, not this).
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(lambda _: stop.set())
     await stop.wait()
 
 

@@ -91,9 +91,8 @@ async def _sweep(ctx: SignalingContext) -> None:
         except Exception as exc:
             if not is_outage(exc):
                 log.exception("scheduler.sweep_failed")
-            elif ctx.state_health.up:  # once per outage
-                log.warning("scheduler.sweep_failed", extra={"error": repr(exc)[:200]})
-            ctx.state_health.failed(exc)
+            else:  # StateHealth logs the outage once
+                ctx.state_health.failed(exc)
 
 
 async def sweep_once(ctx: SignalingContext) -> None:

@@ -62,20 +62,25 @@ class WorkerRelay:
         """What the worker says about one of its sessions; ProtocolError if it is not its."""
         sid = reply.session_id
         registry = self.ctx.registry
-        if not await registry.holds(self.worker_id, sid):
-            if await registry.worker_of(sid) is not None:  # speaking for another's session
+        holder = await registry.worker_of(sid)
+        # the holder's replies go on at one read; a worker the session moved away from still
+        # holds its old slot until it says the session ended there
+        if holder != self.worker_id and not await registry.holds(self.worker_id, sid):
+            if holder is not None:  # speaking for another's session
                 audit("audit.worker.forged", worker=self.worker_id, session=sid)
                 raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not on this worker")
             return  # a late message for a session already released: nothing to route
         if isinstance(reply, WorkerSessionEnded):
-            await self.session_ended(sid, reply.reason)
-            return
-        if await registry.worker_of(sid) != self.worker_id:
-            return  # it moved to another worker: what the old one says is no news
-        await self.ctx.channels.to_session(sid, reply)
+            await self._ended(sid, reply.reason, holder)
+        elif holder == self.worker_id:  # from an old worker of a moved session: no news
+            await self.ctx.channels.to_session(sid, reply)
 
     async def session_ended(self, sid: str, reason: str) -> None:
-        holder = await self.ctx.registry.worker_of(sid)
+        """Free the session's slot here; its holder hears of it unless the session moved to
+        another worker."""
+        await self._ended(sid, reason, await self.ctx.registry.worker_of(sid))
+
+    async def _ended(self, sid: str, reason: str, holder: str | None) -> None:
         served = await self.ctx.registry.release(Claim(self.worker_id, sid))
         session_logger(__name__, sid, worker=self.worker_id).info(
             "session.released", extra={"reason": reason, "moved": holder != self.worker_id}

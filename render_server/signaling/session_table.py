@@ -106,9 +106,8 @@ class SessionTable:
         except Exception as exc:
             if not is_outage(exc):
                 log.exception("sessions.renew_failed")
-                return
-            ctx.state_health.failed(exc)
-            log.warning("sessions.renew_failed", extra={"error": repr(exc)[:200]})
+            else:  # StateHealth logs the outage once; the next renewal tries again
+                ctx.state_health.failed(exc)
 
     async def on_queue_changed(self, _: QueueChanged) -> None:
         """The queue moved: the queued sessions held here tell their browsers."""

@@ -69,7 +69,6 @@ class WorkerSocket:
         self.evicted = False  # closed by us (1008): lost at once
         # this socket's registration, told apart from the same worker's through another socket
         self.holder = f"{ctx.replica_id}/{uuid.uuid4().hex[:8]}"
-        self._outage_logged = False
         # requests wait for `worker.registered` to go first: registering serves the queue, and
         # a `session.open` the worker gets before it knows it is registered would be lost
         self._told_registered = asyncio.Event()
@@ -114,8 +113,7 @@ class WorkerSocket:
         if self.left or self.ctx.stopping:
             return  # gone on purpose, or this replica is stopping: the worker goes elsewhere
         if self.evicted:
-            status = await self._registered(self.info.worker_id)
-            if status is not None and status.info.replica == self.info.replica:
+            if await self._still_mine(self.info):
                 await self.relay.lost("worker_evicted")
             return
         task = asyncio.get_running_loop().create_task(self._lost_unless_back(self.info, self.relay))
@@ -127,8 +125,7 @@ class WorkerSocket:
         its sessions are placed elsewhere."""
         await asyncio.sleep(RECONNECT_GRACE_S)
         try:
-            status = await self._registered(info.worker_id)
-            if status is not None and status.info.replica == info.replica:  # not back
+            if await self._still_mine(info):  # not back
                 await relay.lost("worker_disconnected")
         except Exception as exc:  # an outage: the heartbeat timeout decides later
             log.warning("worker.loss_unsettled", extra={"worker": info.worker_id,
@@ -192,7 +189,6 @@ class WorkerSocket:
             if message.draining and not self.info.draining:
                 await self._draining("heartbeat")
             await self.relay.heartbeat(self.info, message.load, message.session_ids)
-            self._outage_logged = False
             self.ctx.state_health.ok()
         elif isinstance(message, WorkerDraining):
             await self._draining(message.reason, message.deadline_s)
@@ -213,12 +209,16 @@ class WorkerSocket:
               deadline_s=deadline_s)  # fmt: skip
 
     def _outage(self, exc: BaseException) -> None:
+        # logged once per outage by StateHealth; each failed beat only here, quietly
         self.ctx.state_health.failed(exc)
-        if not self._outage_logged:  # once per outage, not per heartbeat
-            self._outage_logged = True
-            log.warning("worker_socket.state_unreachable", extra={
-                "worker": self.info.worker_id if self.info else None, "error": repr(exc)[:200],
-            })  # fmt: skip
+        worker = self.info.worker_id if self.info else None
+        log.debug("worker_socket.state_unreachable", extra={"worker": worker, "error": repr(exc)})
+
+    async def _still_mine(self, info: WorkerInfo) -> bool:
+        """The worker is registered through this socket still (it has not come back through
+        another one, nor gone)."""
+        status = await self._registered(info.worker_id)
+        return status is not None and status.info.replica == info.replica
 
     async def _registered(self, worker_id: str) -> WorkerStatus | None:
         workers = await self.ctx.registry.workers()

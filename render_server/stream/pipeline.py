@@ -149,7 +149,8 @@ class FramePipeline:
             rebuild, self._rebuild = self._rebuild, False
         fresh_encoder = False
         if rebuild:
-            fresh_encoder = retarget = self._rebuild_stages()
+            self._rebuild_stages()
+            fresh_encoder = retarget = True
         if wanted_scene is not None:
             self._scene = wanted_scene()
             if wanted_format is None:
@@ -190,29 +191,27 @@ class FramePipeline:
             if self._scene is not None:
                 self.pictures.set_scene(self._scene)
             return False
-        self.encoder.close()
-        self.pictures.close()
-        self.pictures, self.encoder = pictures, encoder
-        self.fps = fps
-        self._picture = None
+        self._swap(pictures, encoder, fps)
         return True
 
-    def _rebuild_stages(self) -> bool:
-        """New stages of the current size from the factory, the failed ones closed (whatever
-        state they are in); the factory's error, if any, is the caller's."""
+    def _rebuild_stages(self) -> None:
+        """New stages of the current size from the factory, after a failed frame; the
+        factory's error, if any, is the caller's."""
         assert self.factory is not None
-        encoder = self.encoder
-        resolution = Resolution(encoder.width, encoder.height)
-        pictures, fresh = self.factory(resolution, self.fps, self._scene)
+        resolution = Resolution(self.encoder.width, self.encoder.height)
+        self._swap(*self.factory(resolution, self.fps, self._scene), self.fps)
+        self.rebuilds += 1
+
+    def _swap(self, pictures: PictureSource, encoder: Encoder, fps: float) -> None:
+        """Put new stages in place of the old ones, which are closed (a broken stage may fail
+        to close: that is logged, not raised)."""
         for stage in (self.encoder, self.pictures):
             try:
                 stage.close()
-            except Exception as exc:  # a broken stage may fail to close too
+            except Exception as exc:
                 log.warning("pipeline.close_failed", extra={"error": str(exc)[:200]})
-        self.pictures, self.encoder = pictures, fresh
+        self.pictures, self.encoder, self.fps = pictures, encoder, fps
         self._picture = None
-        self.rebuilds += 1
-        return True
 
     def cpu_seconds(self) -> float | None:
         """CPU time of the frame thread so far (None before it ran, or where /proc is not)."""

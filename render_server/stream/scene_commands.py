@@ -162,16 +162,9 @@ class SceneCommands:
             target = tuple(
                 _number({"target": v}, "target", -MAX_TARGET, MAX_TARGET) for v in target
             )
-        cam = self.controller.camera  # checked all first: a refused command changes nothing
-        if yaw is not None:
-            cam.yaw = math.remainder(yaw, 2 * math.pi)
-        if pitch is not None:
-            cam.pitch = min(max(pitch, -MAX_PITCH), MAX_PITCH)
-        if distance is not None:
-            cam.distance = min(max(distance, cam.min_distance), cam.max_distance)
-        if target is not None:
-            cam.target = (float(target[0]), float(target[1]), float(target[2]))
-        return camera_value(cam)
+        # checked all first: a refused command changes nothing
+        place_camera(self.controller.camera, yaw, pitch, distance, target)
+        return camera_value(self.controller.camera)
 
     def _reset_camera(self, args: dict[str, Any]) -> dict[str, Any]:
         _only(args, ())
@@ -258,6 +251,25 @@ class SceneCommands:
         if self._on_scene is not None:
             base = self.base
             self._on_scene(lambda: edits.apply(base))
+
+
+def place_camera(
+    cam: OrbitCamera,
+    yaw: float | None = None,
+    pitch: float | None = None,
+    distance: float | None = None,
+    target: tuple[float, ...] | None = None,
+) -> None:
+    """Put the camera at the figures given (checked), within its own limits: `setCamera`'s, and
+    a moved session's start (stream/state.py)."""
+    if yaw is not None:
+        cam.yaw = math.remainder(yaw, 2 * math.pi)
+    if pitch is not None:
+        cam.pitch = min(max(pitch, -MAX_PITCH), MAX_PITCH)
+    if distance is not None:
+        cam.distance = min(max(distance, cam.min_distance), cam.max_distance)
+    if target is not None:
+        cam.target = (float(target[0]), float(target[1]), float(target[2]))
 
 
 def error_reply(exc: CommandError, id: int | None) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from typing import Any, Final
 
 from render_server.protocol.data_channel import QualityRequest
 from render_server.protocol.worker import MAX_STATE_BYTES
-from render_server.render.camera import MAX_PITCH, OrbitCamera
+from render_server.render.camera import OrbitCamera
 from render_server.render.scene import Material, Scene
 from render_server.render.sun import HOURS_PER_DAY
 from render_server.stream.quality import QualityLimits, StreamQuality
-from render_server.stream.scene_commands import MAX_ANGLE, MAX_TARGET, SceneEdits
+from render_server.stream.scene_commands import MAX_ANGLE, MAX_TARGET, SceneEdits, place_camera
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,7 @@ class CameraPose:
 
     def apply(self, camera: OrbitCamera) -> None:
         """Put `camera` here, within its own limits (as `setCamera` does)."""
-        camera.yaw = math.remainder(self.yaw, 2 * math.pi)
-        camera.pitch = min(max(self.pitch, -MAX_PITCH), MAX_PITCH)
-        camera.distance = min(max(self.distance, camera.min_distance), camera.max_distance)
-        camera.target = self.target
+        place_camera(camera, self.yaw, self.pitch, self.distance, self.target)
 
 
 @dataclass(frozen=True)

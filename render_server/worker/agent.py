@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from render_server.config import DRAIN_TIMEOUT_S
+from render_server.config import DRAIN_TIMEOUT_S, HEARTBEAT_S
 from render_server.protocol.errors import ProtocolError
 from render_server.protocol.json_reader import read_json
 from render_server.protocol.wire import (
@@ -62,7 +62,7 @@ class WorkerAgent:
         worker: LocalWorker,
         signaling_urls: str | Sequence[str],
         token: str | None,
-        heartbeat_s: float = 2.0,
+        heartbeat_s: float = HEARTBEAT_S,
         labels: tuple[str, ...] = (),
         region: str | None = None,
         *,

@@ -8,19 +8,17 @@ cancelled and awaited.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from typing import Any
 
 from render_server.config import WorkerConfig
+from render_server.signals import on_stop_signals
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.preemption import Notice, PreemptionWatcher
 from render_server.worker.status_server import StatusServer
 
 log = logging.getLogger(__name__)
-
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 async def serve_worker(agent: WorkerAgent, config: WorkerConfig) -> None:
@@ -37,13 +35,7 @@ async def serve_worker(agent: WorkerAgent, config: WorkerConfig) -> None:
             log.warning("worker.stop_now", extra={"signal": sig.name})
             tasks.add(loop.create_task(agent.stop("interrupted")))
 
-    installed = []
-    for sig in SIGNALS:
-        # NotImplementedError: a loop without signals (Windows'); RuntimeError: not the main
-        # thread (a test's): there Ctrl+C stays the KeyboardInterrupt `run_process` ends on
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal, sig)
-            installed.append(sig)
+    installed = on_stop_signals(on_signal)
 
     status = None
     if config.metrics_port:
