@@ -46,10 +46,12 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
 
     Frames follow the stream's frame rate. Ticks that were missed (a slow frame) are dropped
     rather than queued: the next frame shows the newest camera, never a backlog. While the
-    picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given);
-    input (`poke`) then starts a frame at once, no sooner than one frame interval after the
-    last, instead of waiting for a tick. A frame that fails is `on_error`'s to judge: True, the
-    track goes on at the next tick; False, it ends.
+    picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given).
+    Input (`poke`) starts a frame at once instead of waiting for a tick: the frame-rate cap
+    holds between frames that show something new, so the first move after stillness never
+    waits behind a repeat, and input that arrives while a frame is being made starts the next
+    one as soon as that frame is handed over. A frame that fails is `on_error`'s to judge:
+    True, the track goes on at the next tick; False, it ends.
     """
 
     kind = "video"
@@ -76,6 +78,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         self._next_tick: float | None = None
         self._last_camera: float | None = None
         self._last_sent = -float("inf")  # loop time of the last frame's start
+        self._last_new = -float("inf")  # ... and of the last one that was not a repeat
+        self._input_pending = False  # input came while no tick was awaited
         self._waiter: asyncio.Future[bool] | None = None
         self._t0 = time.monotonic()
         self.dropped_ticks = 0  # frame times skipped because a frame took too long
@@ -93,6 +97,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         """Input arrived: a frame should start as soon as the frame rate allows."""
         if self._waiter is not None:
             _settle(self._waiter, True)
+        else:
+            self._input_pending = True  # a frame is being made: the next one starts at once
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep `seconds`, or less if poked; True when poked. (A future and a timer: cheaper
@@ -116,10 +122,12 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
             if self._next_tick is None:
                 self._next_tick = now
             wait = self._next_tick - now
+            poked, self._input_pending = self._input_pending, False
             if wait > 0:
-                if await self._wait(wait):
-                    # input: start now if the frame rate allows, and count ticks from here
-                    earliest = self._last_sent + self._interval
+                if poked or await self._wait(wait):
+                    # input: start now if the frame rate allows (a repeat does not count), and
+                    # count ticks from here
+                    earliest = self._last_new + self._interval
                     if loop.time() < earliest:
                         await asyncio.sleep(earliest - loop.time())
                     self._next_tick = loop.time()
@@ -137,10 +145,13 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
             started = loop.time()
             # half a tick of slack: ticks are not exact, and a repeat is due on its tick
             idle_due = self._last_sent + self._idle_interval - self._interval / 2
-            if started < idle_due and self._pipeline.is_still(camera):
+            still = self._pipeline.is_still(camera)
+            if started < idle_due and still:
                 self.idle_ticks += 1
                 continue
             self._last_sent = started
+            if not still:
+                self._last_new = started
             pts = int((now - self._t0) * RTP_CLOCK)
             try:
                 if self._pipeline.cheap:

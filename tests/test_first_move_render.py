@@ -1,0 +1,51 @@
+"""A still session that receives one move renders that move's frame at once: the worker's own
+timing records (a real `render-server serve`, a real aiortc peer) show the frame's render
+starting within 2 ms of the input's arrival, where the old pacing waited up to a frame
+interval behind the last repeat of the still picture."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from render_server.protocol.timing import now_ms
+from render_server.tools.measure.client import LatencyClient
+
+from .browser import serve_process
+
+MOVES = 6
+LIMIT_MS = 2.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("first-move") / "serve.log"
+    # 10 repeats a second while still: a move lands anywhere between two of them
+    with serve_process(
+        "--resolution", "640x360", "--fps", "30", "--idle-fps", "10", log_path=log
+    ) as url:  # fmt: skip
+        yield url
+
+
+async def test_one_move_after_stillness_starts_its_frame_at_once(server: str) -> None:
+    async with LatencyClient(server, decode="none") as client:
+        waits = []
+        for seq in range(1, MOVES + 1):
+            await asyncio.sleep(0.5 + 0.037 * seq)  # still; a different phase each time
+            client.matcher.input_sent(seq, now_ms())
+            client.send(
+                {"type": "pointer", "action": "move", "x": 0.5, "y": 0.5, "dx": 0.02,
+                 "dy": 0.0, "buttons": 1, "seq": seq}
+            )  # fmt: skip
+            record = None
+            for _ in range(100):  # the records come about every 100 ms
+                await asyncio.sleep(0.02)
+                record = next((r for r in client.matcher.records.values() if r.seq == seq), None)
+                if record is not None:
+                    break
+            assert record is not None and record.input_ms is not None, f"no frame showed {seq}"
+            waits.append(record.start_ms - record.input_ms)
+        print(f"input arrival → render start, ms: {[round(w, 2) for w in waits]}")
+        assert all(0 <= w <= LIMIT_MS for w in waits), waits

@@ -1,0 +1,132 @@
+"""The video track's pacing around stillness (transport/track.py): a still picture repeats at the
+idle rate, and the first move after it starts a frame at once, not a frame interval after the
+last repeat; input that arrives while a frame is being made starts the next one as soon as that
+frame is handed over; between frames that show something new, the frame-rate cap holds.
+
+A frame source of the test's own stands in for the pipeline (the joint the track names,
+`FrameSource`); times are the event loop's, and the thresholds sit far from both outcomes (a
+frame that waits for the next tick waits tens of milliseconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import av
+
+from render_server.transport.track import EncodedVideoTrack
+
+FPS = 30.0
+IDLE_FPS = 10.0  # repeats 100 ms apart: a move lands far from the next tick
+INTERVAL = 1 / FPS
+
+
+@dataclass
+class Source:
+    """Pictures numbered by the camera (an int); a repeat takes `repeat_s` to "encode"."""
+
+    repeat_s: float = 0.0
+    last: int | None = None
+    starts: list[tuple[float, int, bool]] = field(default_factory=list)  # (time, camera, repeat)
+    ends: list[float] = field(default_factory=list)
+
+    cheap = False
+
+    def is_still(self, camera: int) -> bool:
+        return camera == self.last
+
+    def produce(self, camera: int, pts: int) -> av.Packet:
+        repeat = camera == self.last
+        self.starts.append((time.monotonic(), camera, repeat))
+        if repeat and self.repeat_s:
+            time.sleep(self.repeat_s)
+        self.last = camera
+        self.ends.append(time.monotonic())
+        return av.Packet(b"\x00\x00\x00\x01\x65")
+
+
+class Harness:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.camera = 0
+        self.executor = ThreadPoolExecutor(1)
+        self.track = EncodedVideoTrack(
+            source, FPS, lambda dt: self.camera, self.executor, idle_fps=IDLE_FPS
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Harness:
+        async def pull() -> None:
+            while True:
+                await self.track.recv()
+
+        self._task = asyncio.create_task(pull())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        self.track.stop()
+        self.executor.shutdown(wait=True)
+
+    def move(self) -> float:
+        """A new camera, and the track poked as the input channel does; when it happened."""
+        self.camera += 1
+        at = time.monotonic()
+        self.track.poke()
+        return at
+
+    def start_of(self, camera: int) -> float:
+        return next(t for t, c, repeat in self.source.starts if c == camera and not repeat)
+
+
+async def test_the_first_move_after_stillness_starts_a_frame_at_once() -> None:
+    source = Source()
+    async with Harness(source) as h:
+        delays = []
+        for _ in range(5):
+            await asyncio.sleep(0.35)  # still: a few repeats went out
+            # just after a repeat, when the old rule waited one frame interval
+            repeats = len(source.starts)
+            while len(source.starts) == repeats:
+                await asyncio.sleep(0.001)
+            at = h.move()
+            await asyncio.sleep(0.05)
+            delays.append(h.start_of(h.camera) - at)
+    assert sum(1 for *_, repeat in source.starts if repeat) >= 10  # stillness repeated
+    assert max(delays) < 0.010, [round(d * 1e3, 1) for d in delays]
+
+
+async def test_a_move_during_a_repeat_starts_the_next_frame_when_it_is_handed_over() -> None:
+    source = Source(repeat_s=0.015)
+    async with Harness(source) as h:
+        waits = []
+        for _ in range(4):
+            await asyncio.sleep(0.35)
+            repeats = len(source.starts)
+            while len(source.starts) == repeats:  # a repeat has started "encoding"
+                await asyncio.sleep(0.0005)
+            h.move()
+            await asyncio.sleep(0.06)
+            start = h.start_of(h.camera)
+            repeat_end = max(e for e in source.ends if e <= start)
+            waits.append(start - repeat_end)
+    # not the next tick (a frame interval or the idle interval later)
+    assert max(waits) < 0.010, [round(w * 1e3, 1) for w in waits]
+
+
+async def test_frames_that_show_new_input_keep_the_frame_rate_cap() -> None:
+    source = Source()
+    async with Harness(source) as h:
+        await asyncio.sleep(0.2)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:  # input far faster than the frame rate
+            h.move()
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(0.05)
+    new = [t for t, _, repeat in source.starts if not repeat][1:]
+    gaps = [b - a for a, b in zip(new, new[1:], strict=False)]
+    assert len(new) >= 10
+    assert min(gaps) > INTERVAL * 0.8, [round(g * 1e3, 1) for g in gaps]
