@@ -8,15 +8,16 @@ run, one after the other, the same way:
   runs it (`--bitrate` set to the default for the size and rate): signaling, the worker, a
   render on every input, libx264.
 - bare (the baseline): a sender built here from aiohttp (one POST trades offer and answer) and
-  aiortc alone, in a process of its own as ours is. Its picture is a pre-made moving pattern
-  (60 YUV frames, shifted by the drag), encoded on the session's own thread at each frame time
-  (not ahead of time: an infinite GOP cannot skip about) by the encoder our worker uses,
-  `encode.x264.create_x264_encoder` (ultrafast, zerolatency, Constrained Baseline, keyframes
-  only on request, the bitrate `StreamConfig.bitrate_for` gives the size and rate, REMB
-  followed below it, PLI/FIR through the same rate-limited `KeyframeGate`). Each `av.Packet`
-  goes to aiortc through our own track (`transport/track.py`'s `EncodedVideoTrack`): paced at
-  the frame rate, missed ticks dropped, input starting a frame at once but no sooner than one
-  interval after the last; and onto the peer connection through our sessions' own video sender
+  aiortc alone, in a process of its own as ours is. Its picture is a pre-made pattern (60 YUV
+  frames) that the drag steps through and that stands still without input, encoded on the
+  session's own thread at each frame time (not ahead of time: an infinite GOP cannot skip
+  about) by the encoder our worker uses, `encode.x264.create_x264_encoder` (ultrafast,
+  zerolatency, Constrained Baseline, keyframes only on request, the bitrate
+  `StreamConfig.bitrate_for` gives the size and rate, REMB followed below it, PLI/FIR through
+  the same rate-limited `KeyframeGate`). Each `av.Packet` goes to aiortc through our own track
+  (`transport/track.py`'s `EncodedVideoTrack`): paced at the frame rate, missed ticks dropped,
+  a still picture repeated (re-encoded) at half the frame rate as ours is, input starting a
+  frame at once; and onto the peer connection through our sessions' own video sender
   (`transport/video_sender.py`'s `add_video_sender`): H.264 only, PLI/FIR and REMB routed to
   the encoder, the same playout-delay extension negotiated and requested.
 So the two differ in architecture only: no signaling server, no worker, no rendering on input.
@@ -25,11 +26,16 @@ measures both. Headless Chromium drags the mouse over each page for `--seconds`;
 only the frames displayed during the drag count: the percentiles are theirs, and the table
 gives how many frames each side displayed (and decoded) in that window and their rate.
 
+Then, on each side, `--first-moves` short drags, each after 0.7 s without input, for the SDK's
+pixel meter (client/first-move.js): from the first move's input event to the first displayed
+frame whose pixels changed, as a photodiode on the screen would see it (no timing record used).
+That is the figure a designer feels when they start to orbit, and the headline one.
+
 The script checks that each side's answer SDP (as Chromium holds it) carries the playout-delay
 extension, and prints the x264 options the bare sender's stream carries in its SEI.
 
-    python benchmarks/latency.py [--seconds 10] [--sizes 1280x720@30,1920x1080@60]
-        [--client chromium|python] [--json]
+    python benchmarks/latency.py [--seconds 10] [--first-moves 30]
+        [--sizes 1280x720@30,1920x1080@60] [--client chromium|python] [--json]
 
 `--client python` measures our pipeline only, with the Python client (glass-to-glass then ends
 at the frame's last packet in, not at display; frames counted as they arrive); the bare sender
@@ -75,6 +81,7 @@ from render_server.transport.video_sender import add_video_sender
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "render_server" / "client"
 PATTERN_FRAMES = 60
+PATTERN_STEPS_PER_HEIGHT = 120  # pattern frames a drag across the page's height steps through
 TIMING_EVERY_S = 0.1  # as the worker's sessions send them
 PLAYOUT_DELAY = "low"  # `serve`'s default, passed to ours explicitly and requested by the bare one
 # x264's own account of its settings, in the SEI of the first IDR; what ultrafast + zerolatency
@@ -91,10 +98,15 @@ BARE_PAGE = """<!doctype html>
 </head><body data-state="connecting"><video id="v" autoplay muted playsinline></video>
 <script type="module">
 import { LatencyMeter } from '/latency.js';
+import { FirstMoveMeter } from '/first-move.js';
 const meter = new LatencyMeter();
 const video = document.getElementById('v');
+const firstMoveMeter = new FirstMoveMeter(video);
 const pc = new RTCPeerConnection();
-window.renderStream = { latency: () => meter.summary(), latencyMeter: meter, pc };
+window.renderStream = {
+  latency: () => ({ ...meter.summary(), firstMove: firstMoveMeter.summary() }),
+  latencyMeter: meter, firstMoveMeter, pc,
+};
 const transceiver = pc.addTransceiver('video', { direction: 'recvonly' });
 const codecs = RTCRtpReceiver.getCapabilities('video').codecs.filter(
   (c) => (c.mimeType === 'video/H264' && /packetization-mode=1/.test(c.sdpFmtpLine || ''))
@@ -121,14 +133,17 @@ const move = (e) => {
   if (!(e.buttons & 1) || channel.readyState !== 'open') return;
   seq += 1;
   meter.onInput(seq, e.timeStamp);
-  channel.send(JSON.stringify({ type: 'pointer', action: 'move', dx: e.movementX / innerHeight,
-    dy: e.movementY / innerHeight, buttons: e.buttons, seq }));
+  const message = { type: 'pointer', action: 'move', dx: e.movementX / innerHeight,
+    dy: e.movementY / innerHeight, buttons: e.buttons, seq };
+  firstMoveMeter.onSteer(message, e.timeStamp);
+  channel.send(JSON.stringify(message));
 };
 const raw = 'onpointerrawupdate' in window;
 document.addEventListener(raw ? 'pointerrawupdate' : 'pointermove', move);
 const shown = (now, meta) => {
   document.body.dataset.state = 'streaming';
   meter.onFrameShown(now, meta);
+  firstMoveMeter.onFrameShown(now, meta);
   video.requestVideoFrameCallback(shown);
 };
 video.requestVideoFrameCallback(shown);
@@ -200,7 +215,8 @@ class PatternEncoder:
     cheap = False  # encode on the session's thread, as our pipeline does
 
     def is_still(self, camera: PatternCamera) -> bool:
-        return False  # the pattern moves on every frame: no idle repeats
+        """As our pipeline: the same picture again, with no keyframe due, is a repeat."""
+        return camera.index == self.last[3].index and not self.keyframes.pending
 
     def produce(self, camera: PatternCamera, pts: int) -> av.Packet | None:
         """Picture `camera.index`, encoded; on the session thread. `last` keeps what the
@@ -255,13 +271,10 @@ async def _bare_session(request: web.Request) -> web.Response:
     source = PatternEncoder(app["frames"], app["fps"], app["bitrate"])
     executor = ThreadPoolExecutor(1, thread_name_prefix="bare-session")
     app["executors"].append(executor)
-    frame_count = 0
 
     def camera_for_frame(dt: float) -> PatternCamera:
-        nonlocal frame_count
-        frame_count += 1
         seq, input_ms = steering.take()
-        index = (frame_count + int(steering.pan * 30)) % len(source.frames)
+        index = round(steering.pan * PATTERN_STEPS_PER_HEIGHT) % len(source.frames)
         return PatternCamera(index, seq, input_ms)
 
     def handed(packet: av.Packet, handed_ms: float) -> None:
@@ -273,10 +286,9 @@ async def _bare_session(request: web.Request) -> web.Response:
         )  # fmt: skip
         log.handed(record)
 
-    # our own track: the same pacing, tick dropping and poke as a session of ours
-    track = EncodedVideoTrack(
-        source, app["fps"], camera_for_frame, executor, handed, idle_fps=app["fps"]
-    )
+    # our own track: the same pacing, tick dropping, poke and idle repeats as a session of
+    # ours (`serve`'s default idle rate: half the frame rate)
+    track = EncodedVideoTrack(source, app["fps"], camera_for_frame, executor, handed)
     bare.encoders.append(source)
 
     @pc.on("datachannel")
@@ -328,6 +340,10 @@ def _bare_process(conn: Any, width: int, height: int, fps: float) -> None:
     script = {"Content-Type": "text/javascript"}
     app.router.add_get(
         "/latency.js", lambda _: web.FileResponse(CLIENT_DIR / "latency.js", headers=script)
+    )
+    app.router.add_get(
+        "/first-move.js",
+        lambda _: web.FileResponse(CLIENT_DIR / "first-move.js", headers=script),
     )
     app.router.add_post("/offer", _bare_session)
 
@@ -421,8 +437,22 @@ CLOSE_WINDOW_JS = f"""async () => {{
 }}"""
 SUMMARY_JS = """() => {
   const rs = window.renderStream, m = rs.latencyMeter, w = window.__window;
+  // each first move's frame (the first with a record showing its input or a later one): where
+  // its time went, stage by stage
+  const moveFrames = rs.firstMoveMeter.moves.map((move) => m.frames.find(
+    (f) => f.seq >= move.seq && f.shownAt >= move.at)).filter((f) => f);
   m.frames = m.frames.filter((f) => f.shownAt >= w.t0 && f.shownAt <= w.t1);
   const summary = m.summary();
+  summary.firstMove = rs.firstMoveMeter.summary();
+  summary.firstMove.stages = {};
+  const median = (values) => {
+    const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+    return sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : null;
+  };
+  for (const stage of Object.keys(summary.stages)) {
+    summary.firstMove.stages[stage] = median(moveFrames.map((f) => f.stages[stage]));
+  }
+  summary.firstMove.frames = moveFrames.length;
   summary.window = { seconds: (w.t1 - w.t0) / 1000, shown: w.shown1 - w.shown0,
     decoded: w.decoded1 - w.decoded0 };
   summary.answerSdp = rs.pc && rs.pc.remoteDescription ? rs.pc.remoteDescription.sdp : null;
@@ -446,12 +476,15 @@ async def measure_in_python(url: str, seconds: float) -> dict[str, Any]:
     return report
 
 
-def measure(url: str, client: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
+def measure(
+    url: str, client: str, seconds: float, viewport: tuple[int, int], first_moves: int
+) -> dict[str, Any]:
     if client == "chromium":
-        # over the frames displayed during the drag, with the window's counts and answer SDP
+        # over the frames displayed during the drag, with the window's counts and answer SDP;
+        # then the first moves after stillness, by the pixels
         return measure_in_chromium(
             url, seconds, viewport=viewport, before_drag=OPEN_WINDOW_JS,
-            after_drag=CLOSE_WINDOW_JS, summary_script=SUMMARY_JS,
+            after_drag=CLOSE_WINDOW_JS, summary_script=SUMMARY_JS, first_moves=first_moves,
         )  # fmt: skip
     return asyncio.run(measure_in_python(url, seconds))
 
@@ -463,7 +496,15 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     stages = {k: v.get("p50") for k, v in summaries.items()}
     window = report["window"]
     sdp = report.get("answerSdp")
+    first = report.get("firstMove") or {}
     return {
+        "first_move_p50": first.get("p50"),
+        "first_move_p95": first.get("p95"),
+        "first_move_max": first.get("max"),
+        "first_moves": first.get("count"),
+        "first_moves_unchanged": first.get("unchanged"),
+        "first_move_stages": first.get("stages") or {},
+        "first_move_frames": first.get("frames"),
         "frames": report["frames"],  # displayed in the window with a timing record
         "shown": window["shown"],
         "decoded": window["decoded"],
@@ -514,6 +555,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="drag (window) per run")
     parser.add_argument("--sizes", default="1280x720@30,1920x1080@60", help="WxH@fps,...")
     parser.add_argument("--client", choices=("chromium", "python"), default="chromium")
+    parser.add_argument(
+        "--first-moves", type=int, default=30,
+        help="chromium: short drags after stillness per run, for the pixel meter (%(default)s)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
@@ -525,12 +570,12 @@ def main() -> int:
         fps = float(fps_text)
         viewport = (min(width, 1280), min(height, 720))
         with our_server(width, height, fps, log_dir) as url:
-            ours = figures(measure(url, args.client, args.seconds, viewport))
+            ours = figures(measure(url, args.client, args.seconds, viewport, args.first_moves))
         bare: dict[str, Any] = {k: None for k in ours}
         checks: dict[str, Any] = {}
         if args.client == "chromium":  # the bare sender speaks no signaling protocol
             with bare_sender(width, height, fps) as (url, report):
-                bare = figures(measure(url, args.client, args.seconds, viewport))
+                bare = figures(measure(url, args.client, args.seconds, viewport, args.first_moves))
             checks = check_bare(report)
         results.append({"size": size, "ours": ours, "bare": bare, "bare_checks": checks})
         print(f"measured {size}", file=sys.stderr, flush=True)
@@ -539,7 +584,7 @@ def main() -> int:
         print(json.dumps({"client": args.client, "seconds": args.seconds, "results": results},
                          indent=2))  # fmt: skip
         return 0
-    totals = ("i2p_p50", "g2g_p50")
+    totals = ("i2p_p50", "g2g_p50", "first_move_p50")
     stage_names = [k for k in results[0]["ours"] if k.endswith("_p50") and k not in totals]
     counted = "displayed" if args.client == "chromium" else "received"
     print(f"latency on loopback, {args.client} client, {args.seconds:g} s drag per run, "
@@ -563,6 +608,17 @@ def main() -> int:
                   f"{ours['fps']:.1f} fps, bare {bare['shown']} at {bare['fps']:.1f} fps, "
                   f"{ours['window_s']:.1f} s and {bare['window_s']:.1f} s drags)")  # fmt: skip
         if args.client == "chromium":
+            for who in ("ours", "bare"):
+                f = result[who]
+                print(f"{'':<15}first move after stillness, by the pixels, {who}: p50 "
+                      f"{_ms(f['first_move_p50'])} p95 {_ms(f['first_move_p95'])} max "
+                      f"{_ms(f['first_move_max'])} ms over {_count(f['first_moves'])} moves "
+                      f"({_count(f['first_moves_unchanged'])} changed nothing)")  # fmt: skip
+                stages = " ".join(
+                    f"{name} {_ms(value)}" for name, value in f["first_move_stages"].items()
+                )
+                print(f"{'':<15}  their frames' records ({_count(f['first_move_frames'])} "
+                      f"found), medians: {stages}")  # fmt: skip
             checks = result["bare_checks"]
             print(f"{'':<15}playout-delay extension in the answer: ours "
                   f"{_yes(ours['playout_delay'])}, bare {_yes(bare['playout_delay'])} "

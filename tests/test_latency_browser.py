@@ -127,7 +127,7 @@ def test_the_latency_command_measures_in_chromium(plain_server: str) -> None:
 
     run = subprocess.run(
         [sys.executable, "-m", "render_server", "latency", "--url", plain_server,
-         "--client", "chromium", "--seconds", "2", "--json"],
+         "--client", "chromium", "--seconds", "2", "--first-moves", "4", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -138,3 +138,7 @@ def test_the_latency_command_measures_in_chromium(plain_server: str) -> None:
         "input", "wait", "render", "encode", "send", "network", "jitterBuffer", "decode",
         "display",
     }  # fmt: skip
+    # the pixel meter: each short drag after stillness changed the picture, seen on the glass
+    first = summary["firstMove"]
+    assert first["count"] + first["unchanged"] == 4 and first["count"] >= 3, first
+    assert 0 < first["p50"] < 500, first

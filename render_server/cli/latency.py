@@ -20,7 +20,8 @@ def add_latency(sub: SubParsers) -> None:
         "matched with the frames as they arrived) and of the totals. --client python times "
         "the last RTP packet of each frame in (no decoding: glass-to-glass ends there); "
         "--client chromium drives headless Chromium on the server's page, whose SDK adds "
-        "the jitter buffer, decode and display.",
+        "the jitter buffer, decode and display, then makes short drags after stillness and "
+        "prints the first move's input-to-photon read from the pixels (the SDK's meter).",
     )
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the server (%(default)s)")
     p.add_argument("--seconds", type=float, default=10.0, help="of dragging (%(default)s)")
@@ -29,6 +30,10 @@ def add_latency(sub: SubParsers) -> None:
     p.add_argument(
         "--decode", choices=("none", "keyframes", "all"), default="keyframes",
         help="python client: which frames to decode to check the picture (%(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--first-moves", type=int, default=20, metavar="N",
+        help="chromium client: short drags after stillness for the pixel meter (%(default)s)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run_latency)
@@ -41,7 +46,9 @@ def run_latency(args: argparse.Namespace) -> int:
         if args.client == "chromium":
             from render_server.tools.measure.browser import measure_in_chromium
 
-            report = measure_in_chromium(args.url, args.seconds, args.token)
+            report = measure_in_chromium(
+                args.url, args.seconds, args.token, first_moves=max(0, args.first_moves)
+            )
         else:
             report = asyncio.run(measure_latency(args.url, args.seconds, args.token, args.decode))
     except (MeasureError, OSError, TimeoutError) as exc:
@@ -83,6 +90,14 @@ def format_report(report: dict[str, Any], client: str) -> str:
             sizes = ", ".join(f"{k} ×{n}" for k, n in d["sizes"].items()) or "none"
             lines.append(f"decoded ({d['mode']}): {sizes}; {d['errors']} errors")
     else:
+        first = report.get("firstMove") or {}
+        if first.get("count"):
+            lines.append(
+                f"{'first move':<16}{first['p50']:>9.2f}{first['p95']:>9.2f}{first['max']:>9.2f}"
+                f"   ms (max, not p99), {first['count']} moves after stillness, input event → "
+                f"first changed frame on the glass, by the pixels; {first['unchanged']} changed "
+                "nothing"
+            )
         lines.append(
             f"{report['frames']} displayed frames with a timing record "
             f"(clock rtt {report.get('clockRttMs', float('nan')):.2f} ms). "

@@ -66,6 +66,8 @@ const STAGE_LABELS = {
 // a live stacked bar of the median of each stage, input to photon (or glass to glass when the
 // camera has not moved lately), scaled so that 100 ms fills the bar
 function showLatency(latency) {
+  const first = latency && latency.firstMove;
+  if (first && first.count) $('stat-first-move').textContent = `${ms(first.p50)} / ${ms(first.p95)}`;
   if (!latency || !latency.frames) return;
   const p50 = (summary) => (summary && summary.p50 !== null ? summary.p50 : null);
   $('stat-g2g').textContent = ms(p50(latency.glassToGlass));

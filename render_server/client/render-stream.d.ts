@@ -105,7 +105,7 @@ export interface StreamStats {
   nackCount: number;
   pliCount: number;
   quality: AppliedQuality | null;
-  latency: LatencySummary;
+  latency: StreamLatency;
 }
 
 /** Latency stages in order: the input's, then a frame's from its start to the glass. */
@@ -141,6 +141,34 @@ export interface FrameLatency {
 }
 
 /** Matches the worker's per-frame timing records with displayed frames on one clock. */
+/** First-move input-to-photon, by the pixels: input after STILL_MS without steering → the
+ * first displayed frame whose pixels changed. */
+export interface FirstMoveSummary {
+  p50: number | null;
+  p95: number | null;
+  max: number | null;
+  /** First moves measured (the most recent ones kept). */
+  count: number;
+  /** First moves after which no frame changed within the meter's timeout. */
+  unchanged: number;
+}
+
+export interface StreamLatency extends LatencySummary { firstMove: FirstMoveSummary }
+
+export declare class FirstMoveMeter {
+  constructor(video: HTMLVideoElement, options?: { stillMs?: number; timeoutMs?: number });
+  readonly samples: number[];
+  /** The same first moves: the input's `seq` (null if it had none), its time, the figure. */
+  readonly moves: { seq: number | null; at: number; ms: number }[];
+  readonly unchanged: number;
+  reset(): void;
+  disarm(): void;
+  /** A steering input event, sent at `timeStamp` (performance.now() time). */
+  onSteer(event: InputEvent | Record<string, unknown>, timeStamp: number): void;
+  onFrameShown(now: number, meta: VideoFrameCallbackMetadata): void;
+  summary(): FirstMoveSummary;
+}
+
 export declare class LatencyMeter {
   constructor();
   readonly frames: FrameLatency[];
@@ -195,6 +223,7 @@ export declare class RenderStream extends EventTarget {
   readonly position: number | null;
   readonly capture: InputCapture | null;
   readonly latencyMeter: LatencyMeter;
+  readonly firstMoveMeter: FirstMoveMeter;
   /** Resolves when the first frame plays; rejects if the stream fails before. */
   readonly ready: Promise<RenderStream>;
   /** Resolves when the stream ends or fails for good. */
@@ -203,8 +232,8 @@ export declare class RenderStream extends EventTarget {
   start(): Promise<RenderStream>;
   /** `timeStamp`: when the user acted (an event's `timeStamp`), for input-to-photon. */
   sendInput(event: InputEvent | Record<string, unknown>, timeStamp?: number): boolean;
-  /** Latency percentiles over the recent frames. */
-  latency(): LatencySummary;
+  /** Latency percentiles over the recent frames, and the first moves' by the pixels. */
+  latency(): StreamLatency;
   setQuality(quality: Quality | 'window' | null): Promise<AppliedQuality>;
   requestKeyframe(): boolean;
   /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay). */

@@ -5,9 +5,10 @@
 //   const stream = await RenderStream.connect(document.querySelector('#view'), { token });
 
 import { InputCapture } from './input-capture.js';
+import { FirstMoveMeter } from './first-move.js';
 import { LatencyMeter, STAGES } from './latency.js';
 
-export { InputCapture, LatencyMeter, STAGES };
+export { FirstMoveMeter, InputCapture, LatencyMeter, STAGES };
 
 export const PROTOCOL_VERSION = 1;
 export const SUBPROTOCOL = 'render-server.v1';
@@ -134,6 +135,7 @@ export class RenderStream extends EventTarget {
     this._pingTimer = null;
     this._windowPeer = null;  // the peer connection that was last sent the window's size
     this.latencyMeter = new LatencyMeter();
+    this.firstMoveMeter = new FirstMoveMeter(this.video);
     this._freeze = this._makeFreezeCanvas();
     this._watchSize();
     this.capture = !(element instanceof HTMLVideoElement) && input
@@ -161,13 +163,17 @@ export class RenderStream extends EventTarget {
       const seq = ++this._inputSeq;
       this.latencyMeter.onInput(seq, timeStamp);
       event = { ...event, seq };
+      this.firstMoveMeter.onSteer(event, timeStamp);
     }
     this.input.send(JSON.stringify(event));
     return true;
   }
 
-  /** Latency percentiles (ms): glass-to-glass, input-to-photon and each stage. */
-  latency() { return this.latencyMeter.summary(); }
+  /**
+   * Latency percentiles (ms): glass-to-glass, input-to-photon and each stage, by the worker's
+   * records; and `firstMove`, input-to-photon of the first move after stillness, by the pixels.
+   */
+  latency() { return { ...this.latencyMeter.summary(), firstMove: this.firstMoveMeter.summary() }; }
 
   /**
    * Asks the worker for a resolution, frame rate and bitrate cap: `{width, height, fps, maxKbps}`
@@ -368,6 +374,7 @@ export class RenderStream extends EventTarget {
       if (pc !== this.pc) return;
       if (this.state !== State.STREAMING) this._onStreaming();
       this.latencyMeter.onFrameShown(now, meta);
+      this.firstMoveMeter.onFrameShown(now, meta);
       this.video.requestVideoFrameCallback(shown);
     };
     this.video.requestVideoFrameCallback(shown);
@@ -376,6 +383,7 @@ export class RenderStream extends EventTarget {
   _startPings(channel) {
     clearTimeout(this._pingTimer);
     this.latencyMeter.reset();
+    this.firstMoveMeter.disarm();  // a new peer's first frame is no answer to an earlier move
     let sent = 0;
     const ping = () => {
       if (channel !== this.input || channel.readyState !== 'open') return;
@@ -608,7 +616,7 @@ export class RenderStream extends EventTarget {
       nackCount: inbound.nackCount || 0,
       pliCount: inbound.pliCount || 0,
       quality: this.quality,
-      latency: this.latencyMeter.summary(),
+      latency: this.latency(),
     };
   }
 

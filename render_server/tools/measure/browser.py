@@ -3,7 +3,10 @@
 The page's SDK matches the worker's timing records with the frames Chromium displays
 (`requestVideoFrameCallback`) and sums them up in `window.renderStream.latency()`; this drives
 the page (a left-button drag across the video, back and forth, for the whole run) and reads
-that summary. Playwright is imported only here, and only when used.
+that summary. Then it makes `first_moves` short drags, each after the picture has been still
+for longer than the SDK's STILL_MS, for the SDK's pixel meter (client/first-move.js): from the
+first move's input event to the first displayed frame whose pixels changed, reported in the
+summary's `firstMove`. Playwright is imported only here, and only when used.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ CHROMIUM_ARGS = (
     "--autoplay-policy=no-user-gesture-required",
 )
 STREAMING_TIMEOUT_MS = 30_000
+FIRST_MOVE_STILL_MS = 700  # before each first move: more than the SDK's STILL_MS (500)
+FIRST_MOVE_HOLD_MS = 300  # the short drag after it, then the button is released
 
 
 def find_chromium() -> str:
@@ -60,13 +65,16 @@ def measure_in_chromium(
     before_drag: str | None = None,
     after_drag: str | None = None,
     summary_script: str = "window.renderStream.latency()",
+    first_moves: int = 20,
 ) -> dict[str, Any]:
-    """Open the page at `url` in headless Chromium, drag for `seconds`, return the page's
-    `renderStream.latency()` summary. Blocking: call it off the event loop.
+    """Open the page at `url` in headless Chromium, drag for `seconds`, then make
+    `first_moves` short drags after stillness; return the page's `renderStream.latency()`
+    summary. Blocking: call it off the event loop.
 
     A benchmark's hooks, each a script the page evaluates (Playwright's `page.evaluate`):
     `before_drag` once the page streams and its clocks are aligned, `after_drag` as soon as
-    the drag ends, `summary_script` (what is returned) once the last timing records came in.
+    the drag ends, `summary_script` (what is returned) once the last timing records came in
+    and the first moves were made.
     """
     sync_playwright = _sync_playwright()
     executable = find_chromium()
@@ -91,6 +99,9 @@ def measure_in_chromium(
             if after_drag is not None:
                 page.evaluate(after_drag)
             page.wait_for_timeout(600)  # the last timing records arrive
+            if first_moves:
+                page.evaluate("window.renderStream.firstMoveMeter.reset()")
+                first_move_drags(page, first_moves, width, height)
             summary: dict[str, Any] = page.evaluate(summary_script)
         finally:
             browser.close()
@@ -113,3 +124,21 @@ def drag(page: Any, seconds: float, width: int, height: int) -> None:
             direction = -direction
     finally:
         page.mouse.up()
+
+
+def first_move_drags(page: Any, count: int, width: int, height: int) -> None:
+    """`count` short left-button drags across the middle of the page, each after
+    FIRST_MOVE_STILL_MS without input, alternating in direction so the picture stays framed."""
+    x, y, swing = width / 2, height / 2, width / 12
+    for n in range(count):
+        page.wait_for_timeout(FIRST_MOVE_STILL_MS)
+        direction = 1 if n % 2 == 0 else -1
+        page.mouse.move(x, y)
+        page.mouse.down()
+        deadline = time.monotonic() + FIRST_MOVE_HOLD_MS / 1000
+        try:
+            while time.monotonic() < deadline:
+                page.mouse.move(x + swing * direction, y, steps=6)
+                direction = -direction
+        finally:
+            page.mouse.up()

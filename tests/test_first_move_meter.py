@@ -1,0 +1,141 @@
+"""The SDK's pixel meter (client/first-move.js) in real Chromium, on a page whose picture changes
+a known delay N after the input: a canvas streamed into a video element (`captureStream`), no
+server. The page's own path from canvas to glass takes a few vsyncs of its own, which the meter
+rightly counts; measured with N = 0 in the same page, it is subtracted, and the meter must then
+report N within one frame interval; never less than N; and nothing for moves that change
+nothing."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser import CHROMIUM_ARGS, chromium_path
+
+CLIENT = http.server.SimpleHTTPRequestHandler
+FRAME_INTERVAL_MS = 1000 / 30  # the designer page's default stream
+ROUNDS = 8
+
+PAGE = """<!doctype html><html><body style="margin:0">
+<video id="v" muted autoplay playsinline style="width:640px;height:360px"></video>
+<script type="module">
+import { FirstMoveMeter } from '/first-move.js';
+const canvas = document.createElement('canvas');
+canvas.width = 320; canvas.height = 180;
+const g = canvas.getContext('2d');
+let shade = 0;
+function paint() { g.fillStyle = `rgb(${shade},${255 - shade},90)`; g.fillRect(0, 0, 320, 180); }
+paint();
+// keep frames coming while still, as a stream repeating a still picture does
+setInterval(() => { g.fillRect(0, 0, 1, 1); }, 66);
+const video = document.getElementById('v');
+video.srcObject = canvas.captureStream();
+const meter = new FirstMoveMeter(video, { stillMs: 300, timeoutMs: 800 });
+const onShown = (now, meta) => {
+  meter.onFrameShown(now, meta);
+  video.requestVideoFrameCallback(onShown);
+};
+video.requestVideoFrameCallback(onShown);
+window.delayMs = 0;
+window.changes = true;
+window.meter = meter;
+document.addEventListener('pointermove', (e) => {
+  const message = { type: 'pointer', action: 'move', buttons: e.buttons, dx: 0.01, dy: 0 };
+  meter.onSteer(message, e.timeStamp);
+  if (!window.changes || !e.buttons) return;
+  const wanted = window.delayMs;
+  setTimeout(() => { shade = (shade + 97) % 256; paint(); }, wanted);
+});
+window.ready = new Promise((resolve) => video.addEventListener('playing', resolve, { once: true }));
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.browser import ROOT
+
+    root = tmp_path_factory.mktemp("meter")
+    (root / "index.html").write_text(PAGE)
+    (root / "first-move.js").write_text(
+        (ROOT / "render_server" / "client" / "first-move.js").read_text()
+    )
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    server.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def page(page_url: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        page = browser.new_page(viewport={"width": 640, "height": 360})
+        page.goto(page_url)
+        page.evaluate("window.ready")
+        yield page
+        browser.close()
+
+
+def first_moves(
+    page: Any, delay_ms: float, rounds: int = ROUNDS, changes: bool = True, settle_ms: float = 250
+) -> dict[str, Any]:
+    """`rounds` drags, each after stillness, on a page that changes `delay_ms` after input;
+    each waits `settle_ms` after the change."""
+    page.evaluate(
+        f"window.meter.reset(); window.delayMs = {delay_ms}; "
+        f"window.changes = {str(changes).lower()}"
+    )
+    for _ in range(rounds):
+        page.wait_for_timeout(450)  # stillness: no input for more than stillMs
+        page.mouse.move(300, 180)
+        page.mouse.down()
+        page.mouse.move(340, 180, steps=4)  # the first of these arms the meter
+        page.mouse.up()
+        page.wait_for_timeout(delay_ms + settle_ms)
+    summary: dict[str, Any] = page.evaluate("window.meter.summary()")
+    samples: list[float] = page.evaluate("window.meter.samples")
+    summary["samples"] = samples
+    return summary
+
+
+@pytest.fixture(scope="module")
+def display_path_ms(page: Any) -> float:
+    """The page's own canvas → capture → video → glass time: the meter's figure for N = 0."""
+    summary = first_moves(page, 0)
+    assert summary["count"] == ROUNDS, summary
+    assert summary["p50"] < 4 * FRAME_INTERVAL_MS, summary  # a few vsyncs, not a stuck meter
+    return float(summary["p50"])
+
+
+@pytest.mark.parametrize("delay_ms", [60, 150])
+def test_reports_the_delay_within_one_frame_interval(
+    page: Any, display_path_ms: float, delay_ms: float
+) -> None:
+    summary = first_moves(page, delay_ms)
+    samples = summary["samples"]
+    assert summary["count"] == ROUNDS, summary  # one sample per first move, none for the others
+    assert min(samples) >= delay_ms, summary  # never before the picture changed
+    reported = summary["p50"] - display_path_ms
+    assert abs(reported - delay_ms) <= FRAME_INTERVAL_MS, (reported, summary)
+
+
+def test_a_move_that_changes_nothing_gives_no_sample(page: Any) -> None:
+    summary = first_moves(page, 0, rounds=3, changes=False, settle_ms=900)  # past the timeout
+    assert summary["count"] == 0, summary
+    assert summary["unchanged"] == 3, summary
