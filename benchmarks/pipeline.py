@@ -2,8 +2,9 @@
 
     python benchmarks/pipeline.py [--frames 90] [--resolutions 1280x720,1920x1080]
 
-Stages per frame: render (the CPU rasterizer as a session runs it: visibility on the calling
-thread, shading in bands of rows on the shared pool), convert (RGB → YUV 4:2:0), encode (the
+Stages per frame: picture (the CPU rasterizer and the conversion to YUV 4:2:0 as a session runs
+them, `stream.pictures.CpuPictures`: bands of rows taken by the calling thread and the shared
+pool, each drawn, shaded and converted by the thread that took it), encode (the
 project's libx264 encoder, `encode.x264.create_x264_encoder`), packetize (aiortc's H.264
 packetizer + RTP serialization). The camera orbits so every frame is rendered anew. The baseline,
 measured in the same run over the same number of frames, is a bare PyAV libx264 context opened
@@ -24,10 +25,11 @@ from aiortc.codecs.h264 import H264Encoder
 from aiortc.rtp import RtpPacket
 
 from render_server.config import Resolution, default_bitrate
-from render_server.encode import YuvConverter, create_x264_encoder, x264_options
+from render_server.encode import create_x264_encoder, x264_options
 from render_server.encode.pyav_encoder import open_codec_context
 from render_server.encode.x264 import VBV_FRAMES
 from render_server.render import CpuRenderer, OrbitCamera, default_scene
+from render_server.stream.pictures import CpuPictures
 from render_server.tools.stats import median_p95
 
 
@@ -42,22 +44,19 @@ def bare_x264(width: int, height: int, fps: float, bitrate: int) -> av.VideoCode
 
 def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[float, float]]:
     scene = default_scene()
-    renderer = CpuRenderer(scene, resolution.width, resolution.height)
+    source = CpuPictures(CpuRenderer(scene, resolution.width, resolution.height))
     camera = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
     bitrate = default_bitrate(resolution, fps)
     encoder = create_x264_encoder(resolution, fps, bitrate)
-    converter = YuvConverter(resolution.width, resolution.height)
     packetizer = H264Encoder()
-    renderer.render(camera)  # compile and warm caches outside the measurement
+    source.picture(camera)  # compile and warm caches outside the measurement
 
-    stages: dict[str, list[float]] = {k: [] for k in ("render", "convert", "encode", "packetize")}
+    stages: dict[str, list[float]] = {k: [] for k in ("picture", "encode", "packetize")}
     pictures = []
     for i in range(frames):
         camera.orbit(2 * 3.14159 / frames, 0.0)
         t0 = time.perf_counter()
-        rgb = renderer.render(camera)
-        t1 = time.perf_counter()
-        yuv = converter.convert(rgb)
+        yuv = source.picture(camera)
         t2 = time.perf_counter()
         packet = encoder.encode(yuv, pts=i * 3000, keyframe=(i == 0))
         t3 = time.perf_counter()
@@ -68,7 +67,7 @@ def run(resolution: Resolution, fps: float, frames: int) -> dict[str, tuple[floa
             rtp.payload = payload
             rtp.serialize()
         t4 = time.perf_counter()
-        for key, seconds in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+        for key, seconds in zip(stages, (t2 - t0, t3 - t2, t4 - t3), strict=True):
             stages[key].append(seconds * 1e3)
         # a copy: the converter reuses its frame
         pictures.append(av.VideoFrame.from_ndarray(yuv.to_ndarray(), format="yuv420p"))

@@ -6,6 +6,9 @@ each drawn triangle the pass also stores its barycentric planes: the inverse of 
 (x, y, w) columns, which gives perspective-correct barycentrics of the original triangle
 however the clipper cut it, so the clipper carries no attributes. The shading pass reads them.
 
+The CPU renderer runs the pass in bands of rows at once (`visibility_rows`), each band skipping
+the runs of triangles whose bounding boxes project outside it (`chunk_rows`).
+
 The CUDA kernels (shaders/raster.cu) follow this code operation for operation and take its
 constants as -D flags (render/cuda/kernels.py). Numba bakes module globals into its on-disk
 cache, which is keyed on this file alone: everything the kernels here read lives in this file.
@@ -23,6 +26,7 @@ GUARD_BAND = 16.0  # clip |x|, |y| beyond 16·w so edge products stay far inside
 SPAN_MIN_WIDTH = 12  # wider triangles are filled by exact per-row spans, narrower by edge tests
 EMPTY_DEPTH = np.float32(-3.0e38)  # depth grows toward the viewer; finite so fastmath stays sound
 PLANE_WIDTH = 10  # per triangle: three barycentric planes (i, j, constant), then its facing
+CHUNK = 64  # triangles per bounding box (see `chunk_boxes`, `chunk_rows`)
 
 # The kernels take numpy arrays and scalars whose types numba infers at the first call; they
 # carry no annotations (hence the no-untyped-def ignores).
@@ -30,27 +34,79 @@ PLANE_WIDTH = 10  # per triangle: three barycentric planes (i, j, constant), the
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def visibility(positions, cull_back, vp, depth, ids, planes, row_lo, row_hi):  # type: ignore[no-untyped-def]
-    """Visibility pass: nearest triangle id per pixel (−1: none) and its barycentric planes.
+    """Visibility pass over the whole frame: `visibility_rows` for rows [0, height), with every
+    triangle in one chunk that may meet every row."""
+    every_row = np.array([[0, depth.shape[0] - 1]], dtype=np.int32)
+    return visibility_rows(
+        positions, cull_back, vp, depth, ids, planes, row_lo, row_hi, 0, depth.shape[0],
+        every_row, max(positions.shape[0], 1),
+    )  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def visibility_rows(positions, cull_back, vp, depth, ids, planes, row_lo, row_hi, row_start, row_stop, chunk_rows, chunk):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+    """Visibility pass for rows [row_start, row_stop): nearest triangle id per pixel (−1: none)
+    and the barycentric planes of the triangles drawn there.
 
     For each drawn triangle t, planes[t] holds three screen-space planes e_k(i, j) whose
     normalized values e_k / Σe are the perspective-correct barycentrics at pixel (i, j).
     row_lo/row_hi bound the columns each row may have drawn (row_lo > row_hi: nothing).
+
+    Only the window's rows of depth, ids, row_lo and row_hi are written, so windows that
+    partition the frame can run at once (the CPU renderer's bands; the CUDA kernels have no
+    windows). Every pixel is decided exactly as over the whole frame: edge functions are
+    integers and a row's depth depends on the row alone. A triangle whose rows miss the window
+    is dropped before its planes are computed; the planes of one that meets several windows
+    are written by each with the same bytes (the same arithmetic on the same inputs), so a
+    window never reads a value that another could change.
+
+    Triangles [b·chunk, (b + 1)·chunk) may draw only in rows chunk_rows[b] (first, last; see
+    `chunk_rows`): chunks that miss the window are skipped whole. The bounds are conservative
+    (the triangles skipped would draw nothing here), so they change no pixel.
     """
     height, width = depth.shape
-    depth[:, :] = EMPTY_DEPTH
-    ids[:, :] = -1
-    row_lo[:] = width
-    row_hi[:] = -1
+    depth[row_start:row_stop, :] = EMPTY_DEPTH
+    ids[row_start:row_stop, :] = -1
+    row_lo[row_start:row_stop] = width
+    row_hi[row_start:row_stop] = -1
     # pixel (i, j) centre → NDC: x = ax·i + bx, y = ay·j + by
     ax, bx = 2.0 / width, 1.0 / width - 1.0
     ay, by = -2.0 / height, 1.0 - 1.0 / height
     clip = np.empty((3, 4))
     poly = np.empty((2, 16, 4))
+    fixed = np.empty((16, 2), dtype=np.int64)  # corners on screen, fixed point
     drawn = 0
-    for t in range(positions.shape[0]):
+    count = positions.shape[0]
+    # the triangles of the chunks whose boxes may meet the window
+    todo = np.empty(count, dtype=np.int64)
+    m = 0
+    for b in range((count + chunk - 1) // chunk):
+        if chunk_rows[b, 1] < row_start or chunk_rows[b, 0] >= row_stop:
+            continue
+        for t in range(b * chunk, min(count, (b + 1) * chunk)):
+            todo[m] = t
+            m += 1
+    for k in range(m):
+        t = todo[k]
+        # y and w first: a triangle in front of the eye whose corners project to rows well
+        # clear of the window is dropped before anything else (clipping only shrinks it);
+        # j_lo, j_hi: the corners' heights in rows from the top
+        in_front = True
+        j_lo, j_hi = np.inf, -np.inf
         for c in range(3):
             px, py, pz = positions[t, c, 0], positions[t, c, 1], positions[t, c, 2]
-            for r in range(4):
+            for r in (1, 3):
+                clip[c, r] = vp[r, 0] * px + vp[r, 1] * py + vp[r, 2] * pz + vp[r, 3]
+            if clip[c, 3] > 0.0:
+                row = (0.5 - 0.5 * clip[c, 1] / clip[c, 3]) * height
+                j_lo, j_hi = min(j_lo, row), max(j_hi, row)
+            else:
+                in_front = False
+        if in_front and (j_hi < row_start - 1.0 or j_lo > row_stop + 1.0):
+            continue
+        for c in range(3):
+            px, py, pz = positions[t, c, 0], positions[t, c, 1], positions[t, c, 2]
+            for r in (0, 2):
                 clip[c, r] = vp[r, 0] * px + vp[r, 1] * py + vp[r, 2] * pz + vp[r, 3]
         outside_all = 31
         need_clip = False
@@ -82,6 +138,46 @@ def visibility(positions, cull_back, vp, depth, ids, planes, row_lo, row_hi):  #
         det = x0 * c00 + x1 * c01 + x2 * c02
         if det == 0.0 or (cull_back[t] != 0 and det < 0.0):
             continue  # edge-on, or facing away (det > 0: counter-clockwise on screen)
+
+        n = 3
+        if need_clip:
+            for c in range(3):
+                for r in range(4):
+                    poly[0, c, r] = clip[c, r]
+            src = 0
+            # near plane (z + w >= 0) first: after it every w is positive and the guard band
+            # tests below mean what they say
+            n = _clip_polygon(poly, src, n, 0.0, 0.0, 1.0, 1.0)
+            src = 1 - src
+            for plane in range(4):
+                sx = -1.0 if plane == 0 else (1.0 if plane == 1 else 0.0)
+                sy = -1.0 if plane == 2 else (1.0 if plane == 3 else 0.0)
+                violated = False
+                for c in range(n):
+                    side = sx * poly[src, c, 0] + sy * poly[src, c, 1]
+                    if side + GUARD_BAND * poly[src, c, 3] < 0:
+                        violated = True
+                if violated:
+                    n = _clip_polygon(poly, src, n, sx, sy, 0.0, GUARD_BAND)
+                    src = 1 - src
+            if n < 3:
+                continue
+            for c in range(n):
+                fixed[c, 0] = _fixed_x(poly[src, c, 0] / poly[src, c, 3], width)
+                fixed[c, 1] = _fixed_y(poly[src, c, 1] / poly[src, c, 3], height)
+        else:
+            fixed[0, 0], fixed[0, 1] = _fixed_x(x0 / w0, width), _fixed_y(y0 / w0, height)
+            fixed[1, 0], fixed[1, 1] = _fixed_x(x1 / w1, width), _fixed_y(y1 / w1, height)
+            fixed[2, 0], fixed[2, 1] = _fixed_x(x2 / w2, width), _fixed_y(y2 / w2, height)
+        # the rows of pixel centres between the corners, as _fill finds them
+        y_min, y_max = fixed[0, 1], fixed[0, 1]
+        for c in range(1, n):
+            y_min, y_max = min(y_min, fixed[c, 1]), max(y_max, fixed[c, 1])
+        half = SUBPIXEL // 2
+        first, last = (y_min - half + SUBPIXEL - 1) // SUBPIXEL, (y_max - half) // SUBPIXEL
+        if last < row_start or first >= row_stop:
+            continue
+
         inv = 1.0 / det
         # rows of M⁻¹ (the adjugate's rows over det), folded with the pixel → NDC map
         r00, r01, r02 = c00 * inv, (x2 * w1 - x1 * w2) * inv, (x1 * y2 - x2 * y1) * inv
@@ -96,51 +192,66 @@ def visibility(positions, cull_back, vp, depth, ids, planes, row_lo, row_hi):  #
         d_i = q0 * planes[t, 0] + q1 * planes[t, 3] + q2 * planes[t, 6]
         d_j = q0 * planes[t, 1] + q1 * planes[t, 4] + q2 * planes[t, 7]
         d_c = q0 * planes[t, 2] + q1 * planes[t, 5] + q2 * planes[t, 8]
-
-        if not need_clip:
+        for c in range(1, n - 1):  # a fan from the first corner: one triangle unless clipped
             _fill(
-                _fixed_x(x0 / w0, width), _fixed_y(y0 / w0, height),
-                _fixed_x(x1 / w1, width), _fixed_y(y1 / w1, height),
-                _fixed_x(x2 / w2, width), _fixed_y(y2 / w2, height),
-                d_i, d_j, d_c, t, depth, ids, row_lo, row_hi,
-            )  # fmt: skip
-            drawn += 1
-            continue
-
-        n = 3
-        for c in range(3):
-            for r in range(4):
-                poly[0, c, r] = clip[c, r]
-        src = 0
-        # near plane (z + w >= 0) first: after it every w is positive and the guard band tests
-        # below mean what they say
-        n = _clip_polygon(poly, src, n, 0.0, 0.0, 1.0, 1.0)
-        src = 1 - src
-        for plane in range(4):
-            sx = -1.0 if plane == 0 else (1.0 if plane == 1 else 0.0)
-            sy = -1.0 if plane == 2 else (1.0 if plane == 3 else 0.0)
-            violated = False
-            for c in range(n):
-                if sx * poly[src, c, 0] + sy * poly[src, c, 1] + GUARD_BAND * poly[src, c, 3] < 0:
-                    violated = True
-            if violated:
-                n = _clip_polygon(poly, src, n, sx, sy, 0.0, GUARD_BAND)
-                src = 1 - src
-        if n < 3:
-            continue
-        fx0 = _fixed_x(poly[src, 0, 0] / poly[src, 0, 3], width)
-        fy0 = _fixed_y(poly[src, 0, 1] / poly[src, 0, 3], height)
-        for c in range(1, n - 1):
-            _fill(
-                fx0, fy0,
-                _fixed_x(poly[src, c, 0] / poly[src, c, 3], width),
-                _fixed_y(poly[src, c, 1] / poly[src, c, 3], height),
-                _fixed_x(poly[src, c + 1, 0] / poly[src, c + 1, 3], width),
-                _fixed_y(poly[src, c + 1, 1] / poly[src, c + 1, 3], height),
-                d_i, d_j, d_c, t, depth, ids, row_lo, row_hi,
+                fixed[0, 0], fixed[0, 1], fixed[c, 0], fixed[c, 1], fixed[c + 1, 0],
+                fixed[c + 1, 1], d_i, d_j, d_c, t, depth, ids, row_lo, row_hi, row_start,
+                row_stop,
             )  # fmt: skip
         drawn += 1
     return drawn
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def chunk_rows(boxes, vp, height):  # type: ignore[no-untyped-def]
+    """int32 (len(boxes), 2): the first and last row the triangles inside each box (min xyz,
+    max xyz) may draw in; first > last where none (the box lies outside the view).
+
+    The eight corners outside one plane of the view: no row. All in front of the eye: the rows
+    between the corners' projections (y/w over a box in front of the eye is extreme at its
+    corners; clipping only shrinks a triangle). Otherwise: every row. The margins (a
+    millionth, two rows) cover the rounding of the triangles' own arithmetic.
+    """
+    rows = np.empty((boxes.shape[0], 2), dtype=np.int32)
+    for b in range(boxes.shape[0]):
+        outside_all = 31
+        y_lo, y_hi = np.inf, -np.inf  # NDC y/w of the corners
+        in_front = True
+        for k in range(8):
+            px = boxes[b, 3] if k & 1 else boxes[b, 0]
+            py = boxes[b, 4] if k & 2 else boxes[b, 1]
+            pz = boxes[b, 5] if k & 4 else boxes[b, 2]
+            x = vp[0, 0] * px + vp[0, 1] * py + vp[0, 2] * pz + vp[0, 3]
+            y = vp[1, 0] * px + vp[1, 1] * py + vp[1, 2] * pz + vp[1, 3]
+            z = vp[2, 0] * px + vp[2, 1] * py + vp[2, 2] * pz + vp[2, 3]
+            w = vp[3, 0] * px + vp[3, 1] * py + vp[3, 2] * pz + vp[3, 3]
+            tol = 1e-6 * (abs(x) + abs(y) + abs(z) + abs(w))
+            code = 0
+            if x + w < -tol:
+                code |= 1
+            if w - x < -tol:
+                code |= 2
+            if y + w < -tol:
+                code |= 4
+            if w - y < -tol:
+                code |= 8
+            if z + w < -tol:
+                code |= 16
+            outside_all &= code
+            if w > tol:
+                y_lo, y_hi = min(y_lo, y / w), max(y_hi, y / w)
+            else:
+                in_front = False
+        if outside_all != 0:
+            rows[b, 0], rows[b, 1] = height, -1
+        elif not in_front:
+            rows[b, 0], rows[b, 1] = 0, height - 1
+        else:  # pixel centre rows: NDC y = 1 − (2j + 1) / height
+            top = (0.5 - 0.5 * y_hi) * height - 0.5 - 2.0
+            bottom = (0.5 - 0.5 * y_lo) * height - 0.5 + 2.0
+            rows[b, 0] = max(0.0, min(top, height))  # within int32 whatever y/w was
+            rows[b, 1] = max(-1.0, min(bottom, height - 1))
+    return rows
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -176,8 +287,9 @@ def _clip_polygon(poly, src, n, a, b, c, d):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _fill(x0, y0, x1, y1, x2, y2, d_i, d_j, d_c, tid, depth, ids, row_lo, row_hi):  # type: ignore[no-untyped-def]
-    """Depth-test and write the pixels whose centres a fixed-point triangle covers.
+def _fill(x0, y0, x1, y1, x2, y2, d_i, d_j, d_c, tid, depth, ids, row_lo, row_hi, row_start, row_stop):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+    """Depth-test and write the pixels in rows [row_start, row_stop) whose centres a
+    fixed-point triangle covers.
 
     Top-left fill rule: a pixel centre on an edge belongs to the triangle only if the edge is a
     top or a left edge, so triangles sharing an edge cover its pixels exactly once.
@@ -191,8 +303,8 @@ def _fill(x0, y0, x1, y1, x2, y2, d_i, d_j, d_c, tid, depth, ids, row_lo, row_hi
     half = SUBPIXEL // 2
     i_lo = max((min(x0, x1, x2) - half + SUBPIXEL - 1) // SUBPIXEL, 0)
     i_hi = min((max(x0, x1, x2) - half) // SUBPIXEL, width - 1)
-    j_lo = max((min(y0, y1, y2) - half + SUBPIXEL - 1) // SUBPIXEL, 0)
-    j_hi = min((max(y0, y1, y2) - half) // SUBPIXEL, height - 1)
+    j_lo = max((min(y0, y1, y2) - half + SUBPIXEL - 1) // SUBPIXEL, 0, row_start)
+    j_hi = min((max(y0, y1, y2) - half) // SUBPIXEL, height - 1, row_stop - 1)
     if i_lo > i_hi or j_lo > j_hi:
         return
     px = i_lo * SUBPIXEL + half
@@ -273,3 +385,18 @@ def _span(f, a, i0, lo, hi):  # type: ignore[no-untyped-def]
         hi = -1
         lo = 0
     return lo, hi
+
+
+def chunk_boxes(positions: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """float32 (ceil(T / chunk), 6): min xyz, max xyz of triangles [b·chunk, (b + 1)·chunk).
+
+    Scene files list a mesh's triangles together, so runs of them stay small in space: a band
+    of rows, or a camera close to one part, skips most boxes without looking at a triangle.
+    """
+    count = positions.shape[0]
+    corners = positions.reshape(-1, 3)
+    padding = -count % chunk * 3  # the last chunk filled up with copies of its last corner
+    if padding:
+        corners = np.concatenate([corners, np.repeat(corners[-1:], padding, axis=0)])
+    chunks = corners.reshape(-1, chunk * 3, 3)
+    return np.concatenate([chunks.min(axis=1), chunks.max(axis=1)], axis=1).astype(np.float32)
