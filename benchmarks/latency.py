@@ -135,8 +135,8 @@ const move = (e) => {
   meter.onInput(seq, e.timeStamp);
   const message = { type: 'pointer', action: 'move', dx: e.movementX / innerHeight,
     dy: e.movementY / innerHeight, buttons: e.buttons, seq };
-  firstMoveMeter.onSteer(message, e.timeStamp);
   channel.send(JSON.stringify(message));
+  firstMoveMeter.onSteer(message, e.timeStamp);
 };
 const raw = 'onpointerrawupdate' in window;
 document.addEventListener(raw ? 'pointerrawupdate' : 'pointermove', move);

@@ -1,20 +1,24 @@
 // First-move input-to-photon, read from the pixels as a photodiode would.
 //
 // After the picture has been still (no steering input for STILL_MS), the next input that
-// moves the camera arms the meter: it keeps a small sample of the picture on screen at that
-// moment and compares each displayed frame (`requestVideoFrameCallback`) with it. The first
-// frame whose pixels changed ends the measurement: from the input event's timestamp to the
-// time that frame is displayed. It trusts none of the worker's records, so it also measures
-// what they cannot see (a frame that waited, a stream that repeats a still picture).
+// moves the camera arms the meter: it keeps a sample of the picture on screen at that moment
+// and compares each displayed frame (`requestVideoFrameCallback`) with it. The first frame
+// whose pixels changed ends the measurement: from the input event's timestamp to the time that
+// frame is displayed. It trusts none of the worker's records, so it also measures what they
+// cannot see (a frame that waited, a stream that repeats a still picture).
 //
-// It costs a draw of the video into a SAMPLE_WIDTH-wide canvas per displayed frame while
-// armed (a few per move) and nothing otherwise.
+// A sample is the brightness on a grid about SAMPLE_COLUMNS wide over the whole picture, read
+// with WebCodecs (`new VideoFrame(video)` then `copyTo`: the decoded planes as they are, ~1 ms
+// for 1080p) where the browser has it, else by drawing the video into a small canvas (which
+// converts the whole frame first: ~9 ms for 1080p in headless Chromium, on the page's main
+// thread). Samples are taken only while a first move is awaited; `summary().sampleMs` says what
+// one costs. Call `onSteer` after the input has been sent: the reference sample is taken there.
 
 export const STILL_MS = 500;  // no steering input this long: the next move is a first move
 const TIMEOUT_MS = 1000;  // no changed frame this long after the input: the move changed nothing
-const SAMPLE_WIDTH = 160;
-const CHANNEL_STEP = 24;  // a colour channel differs by more than this: the pixel changed
-const CHANGED_SHARE = 0.0005;  // this share of the sample's pixels (at least 3) changed: a new picture
+const SAMPLE_COLUMNS = 160;
+const LEVEL_STEP = 24;  // brightness differs by more than this (of 255): the point changed
+const CHANGED_SHARE = 0.0005;  // this share of the grid's points (at least 3) changed: a new picture
 const KEEP = 200;
 
 /** True for an input event (docs/data-channel.md) that moves the camera, as opposed to a
@@ -52,10 +56,13 @@ export class FirstMoveMeter {
   /** Forget the samples (a new peer connection). */
   reset() {
     this.samples = [];  // ms, newest last
-    this.moves = [];  // {seq, at, ms} of the same first moves: `seq` finds their frames' records
+    // {seq, at, ms, rtp} of the same first moves: the input's `seq` and the changed frame's
+    // RTP timestamp find their records
+    this.moves = [];
     this.unchanged = 0;  // first moves after which no frame changed within `timeoutMs`
     this._lastMove = -Infinity;
-    this._armed = null;  // {at, reference}
+    this._armed = null;  // {at, seq, reference: Promise, chain: Promise}
+    this._sampleMs = [];  // the last few samples' cost
   }
 
   /** Stop waiting for the picture to change (the stream itself is being replaced). */
@@ -69,7 +76,8 @@ export class FirstMoveMeter {
     this._lastMove = Math.max(this._lastMove, timeStamp);
     if (!still || this._armed) return;
     const reference = this._sample();
-    if (reference) this._armed = { at: timeStamp, seq: event.seq ?? null, reference };
+    if (!reference) return;
+    this._armed = { at: timeStamp, seq: event.seq ?? null, reference, chain: reference };
   }
 
   /** `requestVideoFrameCallback`'s arguments for one displayed frame. */
@@ -77,22 +85,32 @@ export class FirstMoveMeter {
     this._expire(now);
     const armed = this._armed;
     if (!armed) return;
-    const sample = this._sample();
-    if (!sample || !changed(armed.reference, sample)) return;
-    this._armed = null;
+    // taken now, read whenever: the frame being shown (null if the element has moved on to a
+    // newer frame, which its own callback will bring)
+    const sample = this._sample(meta);
+    if (!sample) return;
     const shownAt = meta && meta.expectedDisplayTime !== undefined ? meta.expectedDisplayTime : now;
-    const ms = shownAt - armed.at;
-    this.samples.push(ms);
-    this.moves.push({ seq: armed.seq, at: armed.at, ms });
-    if (this.samples.length > KEEP) { this.samples.shift(); this.moves.shift(); }
+    const rtp = meta && meta.rtpTimestamp !== undefined ? meta.rtpTimestamp >>> 0 : null;
+    // compared in the order shown, each once the reference and it have been read
+    armed.chain = armed.chain.then(async () => {
+      const [reference, grid] = await Promise.all([armed.reference, sample]);
+      if (this._armed !== armed || !reference || !grid || !changed(reference, grid)) return;
+      this._armed = null;
+      const ms = shownAt - armed.at;
+      this.samples.push(ms);
+      this.moves.push({ seq: armed.seq, at: armed.at, ms, rtp });
+      if (this.samples.length > KEEP) { this.samples.shift(); this.moves.shift(); }
+    });
   }
 
-  /** Percentiles (ms) of the first moves kept, how many, and how many changed nothing. */
+  /** Percentiles (ms) of the first moves kept, how many, how many changed nothing, and what
+   * one sample of the picture costs (median ms). */
   summary() {
     const sorted = [...this.samples].sort((a, b) => a - b);
     return {
       p50: percentile(sorted, 50), p95: percentile(sorted, 95), count: sorted.length,
       max: sorted.length ? sorted[sorted.length - 1] : null, unchanged: this.unchanged,
+      sampleMs: percentile([...this._sampleMs].sort((a, b) => a - b), 50),
     };
   }
 
@@ -103,30 +121,99 @@ export class FirstMoveMeter {
     }
   }
 
-  _sample() {
+  /** A promise of the shown picture's brightness grid ({columns, rows, levels}), or null
+   * when there is no picture, or when `meta` (a displayed frame's) names another frame than
+   * the element now holds. The frame is taken now; reading it may finish later. */
+  _sample(meta = null) {
     const video = this.video;
     if (!video || !video.videoWidth || !video.videoHeight) return null;
-    const width = SAMPLE_WIDTH;
-    const height = Math.max(1, Math.round((SAMPLE_WIDTH * video.videoHeight) / video.videoWidth));
-    if (!this._canvas || this._canvas.width !== width || this._canvas.height !== height) {
+    const t0 = performance.now();
+    const done = (grid) => {
+      if (grid) {
+        this._sampleMs.push(performance.now() - t0);
+        if (this._sampleMs.length > 50) this._sampleMs.shift();
+      }
+      return grid;
+    };
+    const frame = grabFrame(video);
+    if (frame) {
+      const wanted = meta && meta.mediaTime !== undefined ? Math.round(meta.mediaTime * 1e6) : null;
+      if (wanted !== null && Math.abs(frame.timestamp - wanted) > 1) {
+        frame.close();
+        return null;
+      }
+      return readFrame(frame).catch(() => null).then(done);
+    }
+    return Promise.resolve(done(this._drawn(video)));
+  }
+
+  _drawn(video) {
+    const columns = SAMPLE_COLUMNS;
+    const rows = Math.max(1, Math.round((columns * video.videoHeight) / video.videoWidth));
+    if (!this._canvas || this._canvas.width !== columns || this._canvas.height !== rows) {
       this._canvas = document.createElement('canvas');
-      this._canvas.width = width;
-      this._canvas.height = height;
+      this._canvas.width = columns;
+      this._canvas.height = rows;
       this._context = this._canvas.getContext('2d', { willReadFrequently: true, alpha: false });
     }
-    this._context.drawImage(video, 0, 0, width, height);
-    return this._context.getImageData(0, 0, width, height).data;
+    this._context.drawImage(video, 0, 0, columns, rows);
+    const rgba = this._context.getImageData(0, 0, columns, rows).data;
+    const levels = new Uint8Array(columns * rows);
+    for (let i = 0; i < levels.length; i += 1) {
+      levels[i] = (rgba[4 * i] + 2 * rgba[4 * i + 1] + rgba[4 * i + 2]) >> 2;
+    }
+    return { columns, rows, levels };
+  }
+}
+
+function grabFrame(video) {
+  if (typeof VideoFrame !== 'function') return null;
+  try {
+    return new VideoFrame(video);
+  } catch {
+    return null;  // no frame yet, or a source WebCodecs cannot wrap: the canvas then
+  }
+}
+
+const LUMA_FIRST = new Set(['I420', 'I420A', 'I422', 'I422A', 'I444', 'I444A', 'NV12']);
+const RGB_ORDER = { RGBA: [0, 1, 2], RGBX: [0, 1, 2], BGRA: [2, 1, 0], BGRX: [2, 1, 0] };
+
+/** The brightness grid of `frame` (closed here), from its planes as decoded. */
+async function readFrame(frame) {
+  try {
+    const { width, height } = frame.visibleRect;
+    const format = frame.format;
+    if (!LUMA_FIRST.has(format) && !(format in RGB_ORDER)) return null;
+    const buffer = new Uint8Array(frame.allocationSize());
+    const [plane] = await frame.copyTo(buffer);
+    const step = Math.max(1, Math.floor(width / SAMPLE_COLUMNS));
+    const columns = Math.floor(width / step);
+    const rows = Math.floor(height / step);
+    const levels = new Uint8Array(columns * rows);
+    const order = RGB_ORDER[format];
+    for (let r = 0; r < rows; r += 1) {
+      const line = plane.offset + r * step * plane.stride;
+      for (let c = 0; c < columns; c += 1) {
+        if (!order) {
+          levels[r * columns + c] = buffer[line + c * step];
+        } else {
+          const at = line + 4 * c * step;
+          levels[r * columns + c] = (buffer[at + order[0]] + 2 * buffer[at + order[1]] + buffer[at + order[2]]) >> 2;
+        }
+      }
+    }
+    return { columns, rows, levels };
+  } finally {
+    frame.close();
   }
 }
 
 function changed(a, b) {
-  if (a.length !== b.length) return true;  // the stream changed size
-  const pixels = a.length / 4;
-  const needed = Math.max(3, Math.ceil(pixels * CHANGED_SHARE));
+  if (a.columns !== b.columns || a.rows !== b.rows) return true;  // the stream changed size
+  const needed = Math.max(3, Math.ceil(a.levels.length * CHANGED_SHARE));
   let count = 0;
-  for (let i = 0; i < a.length; i += 4) {
-    if (Math.abs(a[i] - b[i]) > CHANNEL_STEP || Math.abs(a[i + 1] - b[i + 1]) > CHANNEL_STEP
-        || Math.abs(a[i + 2] - b[i + 2]) > CHANNEL_STEP) {
+  for (let i = 0; i < a.levels.length; i += 1) {
+    if (Math.abs(a.levels[i] - b.levels[i]) > LEVEL_STEP) {
       count += 1;
       if (count >= needed) return true;
     }

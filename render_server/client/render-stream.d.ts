@@ -151,6 +151,8 @@ export interface FirstMoveSummary {
   count: number;
   /** First moves after which no frame changed within the meter's timeout. */
   unchanged: number;
+  /** What one sample of the picture costs the page (median ms of the recent ones). */
+  sampleMs: number | null;
 }
 
 export interface StreamLatency extends LatencySummary { firstMove: FirstMoveSummary }
@@ -159,7 +161,7 @@ export declare class FirstMoveMeter {
   constructor(video: HTMLVideoElement, options?: { stillMs?: number; timeoutMs?: number });
   readonly samples: number[];
   /** The same first moves: the input's `seq` (null if it had none), its time, the figure. */
-  readonly moves: { seq: number | null; at: number; ms: number }[];
+  readonly moves: { seq: number | null; at: number; ms: number; rtp: number | null }[];
   readonly unchanged: number;
   reset(): void;
   disarm(): void;

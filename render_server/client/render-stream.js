@@ -159,13 +159,15 @@ export class RenderStream extends EventTarget {
    */
   sendInput(event, timeStamp = performance.now()) {
     if (!this.input || this.input.readyState !== 'open') return false;
-    if (STEERING.has(event.type)) {
+    const steering = STEERING.has(event.type);
+    if (steering) {
       const seq = ++this._inputSeq;
       this.latencyMeter.onInput(seq, timeStamp);
       event = { ...event, seq };
-      this.firstMoveMeter.onSteer(event, timeStamp);
     }
     this.input.send(JSON.stringify(event));
+    // after the send: the pixel meter's sample of the picture must not hold the input back
+    if (steering) this.firstMoveMeter.onSteer(event, timeStamp);
     return true;
   }
 
