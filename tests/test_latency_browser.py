@@ -89,6 +89,13 @@ def test_every_displayed_frame_has_a_record_and_the_stages_add_up(
         "() => document.querySelectorAll('#latency-bar .stage').length >= 7", timeout=5_000
     )
     assert page.text_content("#stat-g2g").endswith(" ms")
+    # the drag began after stillness: its first move is the pixel meter's, shown as p50 / p95
+    first = page.evaluate("window.renderStream.latency().firstMove")
+    assert first["count"] >= 1 and first["p50"] > 0, first
+    page.wait_for_function(
+        "() => document.querySelector('#stat-first-move').textContent.includes(' ms / ')",
+        timeout=5_000,
+    )
     page.screenshot(path=str(output_dir / "designer-latency-panel.png"))
     page.context.close()
 
