@@ -503,6 +503,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         "first_move_max": first.get("max"),
         "first_moves": first.get("count"),
         "first_moves_unchanged": first.get("unchanged"),
+        "first_moves_moving": first.get("moving"),
         "first_move_stages": first.get("stages") or {},
         "first_move_frames": first.get("frames"),
         "frames": report["frames"],  # displayed in the window with a timing record
@@ -613,7 +614,8 @@ def main() -> int:
                 print(f"{'':<15}first move after stillness, by the pixels, {who}: p50 "
                       f"{_ms(f['first_move_p50'])} p95 {_ms(f['first_move_p95'])} max "
                       f"{_ms(f['first_move_max'])} ms over {_count(f['first_moves'])} moves "
-                      f"({_count(f['first_moves_unchanged'])} changed nothing)")  # fmt: skip
+                      f"({_count(f['first_moves_unchanged'])} changed nothing, "
+                      f"{_count(f['first_moves_moving'])} on a moving picture)")  # fmt: skip
                 stages = " ".join(
                     f"{name} {_ms(value)}" for name, value in f["first_move_stages"].items()
                 )

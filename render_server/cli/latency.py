@@ -96,7 +96,7 @@ def format_report(report: dict[str, Any], client: str) -> str:
                 f"{'first move':<16}{first['p50']:>9.2f}{first['p95']:>9.2f}{first['max']:>9.2f}"
                 f"   ms (max, not p99), {first['count']} moves after stillness, input event → "
                 f"first changed frame on the glass, by the pixels; {first['unchanged']} changed "
-                "nothing"
+                f"nothing, {first.get('moving', 0)} came while the picture changed by itself"
             )
         lines.append(
             f"{report['frames']} displayed frames with a timing record "

@@ -1,6 +1,7 @@
 // First-move input-to-photon, read from the pixels as a photodiode would.
 //
-// After the picture has been still (no steering input for STILL_MS), the next input that
+// After the picture has been still (no steering input for STILL_MS, and no change between the
+// last two samples the meter takes every IDLE_SAMPLE_MS once input stops), the next input that
 // moves the camera arms the meter: it keeps a sample of the picture on screen at that moment
 // and compares each displayed frame (`requestVideoFrameCallback`) with it. The first frame
 // whose pixels changed ends the measurement: from the input event's timestamp to the time that
@@ -11,10 +12,12 @@
 // with WebCodecs (`new VideoFrame(video)` then `copyTo`: the decoded planes as they are, ~1 ms
 // for 1080p) where the browser has it, else by drawing the video into a small canvas (which
 // converts the whole frame first: ~9 ms for 1080p in headless Chromium, on the page's main
-// thread). Samples are taken only while a first move is awaited; `summary().sampleMs` says what
-// one costs. Call `onSteer` after the input has been sent: the reference sample is taken there.
+// thread). Samples are taken while a first move is awaited, and every IDLE_SAMPLE_MS while the
+// input is still; `summary().sampleMs` says what one costs. A first move on a picture that was
+// changing by itself (an animated scene) is counted as `moving`, not measured. Call `onSteer` after the input has been sent: the reference sample is taken there.
 
 export const STILL_MS = 500;  // no steering input this long: the next move is a first move
+const IDLE_SAMPLE_MS = 200;  // while the input is still: is the picture still too?
 const TIMEOUT_MS = 1000;  // no changed frame this long after the input: the move changed nothing
 const SAMPLE_COLUMNS = 160;
 const LEVEL_STEP = 24;  // brightness differs by more than this (of 255): the point changed
@@ -60,13 +63,21 @@ export class FirstMoveMeter {
     // RTP timestamp find their records
     this.moves = [];
     this.unchanged = 0;  // first moves after which no frame changed within `timeoutMs`
+    this.moving = 0;  // first moves not measured: the picture was changing before them
     this._lastMove = -Infinity;
+    this._idle = null;  // the last idle sample's grid and when it was taken
+    this._idleAt = -Infinity;
+    this._pictureStill = false;  // the last two idle samples were alike
     this._armed = null;  // {at, seq, reference: Promise, chain: Promise}
     this._sampleMs = [];  // the last few samples' cost
   }
 
   /** Stop waiting for the picture to change (the stream itself is being replaced). */
-  disarm() { this._armed = null; }
+  disarm() {
+    this._armed = null;
+    this._idle = null;
+    this._pictureStill = false;
+  }
 
   /** A steering input was sent at `timeStamp` (performance.now() time, an event's timeStamp). */
   onSteer(event, timeStamp) {
@@ -74,7 +85,14 @@ export class FirstMoveMeter {
     this._expire(timeStamp);
     const still = timeStamp - this._lastMove >= this.stillMs;
     this._lastMove = Math.max(this._lastMove, timeStamp);
+    const pictureStill = this._pictureStill;
+    this._idle = null;  // the picture moves now: stillness is watched afresh after this input
+    this._pictureStill = false;
     if (!still || this._armed) return;
+    if (!pictureStill) {
+      this.moving += 1;
+      return;
+    }
     const reference = this._sample();
     if (!reference) return;
     this._armed = { at: timeStamp, seq: event.seq ?? null, reference, chain: reference };
@@ -84,7 +102,10 @@ export class FirstMoveMeter {
   onFrameShown(now, meta) {
     this._expire(now);
     const armed = this._armed;
-    if (!armed) return;
+    if (!armed) {
+      this._watchStillness(now, meta);
+      return;
+    }
     // taken now, read whenever: the frame being shown (null if the element has moved on to a
     // newer frame, which its own callback will bring)
     const sample = this._sample(meta);
@@ -103,15 +124,30 @@ export class FirstMoveMeter {
     });
   }
 
-  /** Percentiles (ms) of the first moves kept, how many, how many changed nothing, and what
-   * one sample of the picture costs (median ms). */
+  /** Percentiles (ms) of the first moves kept, how many, how many changed nothing, how many
+   * came while the picture was changing anyway, and what one sample costs (median ms). */
   summary() {
     const sorted = [...this.samples].sort((a, b) => a - b);
     return {
       p50: percentile(sorted, 50), p95: percentile(sorted, 95), count: sorted.length,
       max: sorted.length ? sorted[sorted.length - 1] : null, unchanged: this.unchanged,
+      moving: this.moving,
       sampleMs: percentile([...this._sampleMs].sort((a, b) => a - b), 50),
     };
+  }
+
+  /** Every IDLE_SAMPLE_MS once input is still: whether the picture stands still as well. */
+  _watchStillness(now, meta) {
+    if (now - this._lastMove < IDLE_SAMPLE_MS || now - this._idleAt < IDLE_SAMPLE_MS) return;
+    this._idleAt = now;
+    const sample = this._sample(meta);
+    if (!sample) return;
+    const since = this._lastMove;
+    sample.then((grid) => {
+      if (!grid || this._lastMove !== since || this._armed) return;  // input came meanwhile
+      this._pictureStill = this._idle !== null && !changed(this._idle, grid);
+      this._idle = grid;
+    });
   }
 
   _expire(now) {
@@ -138,7 +174,10 @@ export class FirstMoveMeter {
     const frame = grabFrame(video);
     if (frame) {
       const wanted = meta && meta.mediaTime !== undefined ? Math.round(meta.mediaTime * 1e6) : null;
-      if (wanted !== null && Math.abs(frame.timestamp - wanted) > 1) {
+      // Firefox 153 stamps a MediaStream's VideoFrame in whole seconds; its `currentTime`, equal
+      // to the callback's mediaTime while the element holds that frame, says the same
+      const held = (micros) => Math.abs(micros - wanted) <= 1;
+      if (wanted !== null && !held(frame.timestamp) && !held(Math.round(video.currentTime * 1e6))) {
         frame.close();
         return null;
       }

@@ -151,6 +151,8 @@ export interface FirstMoveSummary {
   count: number;
   /** First moves after which no frame changed within the meter's timeout. */
   unchanged: number;
+  /** First moves not measured: the picture was changing before them (an animated scene). */
+  moving: number;
   /** What one sample of the picture costs the page (median ms of the recent ones). */
   sampleMs: number | null;
 }
@@ -163,6 +165,7 @@ export declare class FirstMoveMeter {
   /** The same first moves: the input's `seq` (null if it had none), its time, the figure. */
   readonly moves: { seq: number | null; at: number; ms: number; rtp: number | null }[];
   readonly unchanged: number;
+  readonly moving: number;
   reset(): void;
   disarm(): void;
   /** A steering input event, sent at `timeStamp` (performance.now() time). */
