@@ -517,3 +517,18 @@ def test_the_connection_options_reach_the_config() -> None:
     ):
         with pytest.raises(ConfigError):
             ServerConfig(**bad)
+
+
+async def test_the_examples_are_served_at_their_folder(open_server: Served) -> None:
+    """The README sends people to /client/examples/: the index, not the static route's 403;
+    without the slash, a redirect to it (the page's links are relative)."""
+    status, headers, body = await http_json("GET", open_server.url + "/client/examples/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html"), (status, headers)
+    assert 'href="element.html"' in body, body[:300]
+    async with aiohttp.ClientSession() as http:
+        url = open_server.url + "/client/examples"
+        async with http.get(url, allow_redirects=False) as response:
+            assert response.status == 301
+            assert response.headers["Location"] == "/client/examples/"
+    status, _, _ = await http_json("GET", open_server.url + "/client/examples/element.html")
+    assert status == 200

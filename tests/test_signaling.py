@@ -130,6 +130,10 @@ async def test_an_offer_without_video_is_refused_and_frees_the_slot(
         error = await receive(ws)
         assert error["code"] == "bad_offer" and "video" in error["message"], error
         assert (await receive(ws))["reason"] == "bad_offer"
+        # the browser's candidates trickle in after the end: dropped quietly, no bad_order
+        for port in range(15):
+            candidate = f"candidate:1 1 udp 2122260223 127.0.0.1 {50000 + port} typ host"
+            await ws.send_str(frame(type="ice", candidate=candidate, sdpMid="0"))
         # the only slot is free again: a new session starts on the same socket
         await ws.send_str(frame(type="session.start"))
         assert (await receive(ws))["type"] == "session.started"

@@ -175,5 +175,7 @@ def create_app(ctx: SignalingContext) -> web.Application:
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/metrics", health.metrics_endpoint)
+    app.router.add_get("/client/examples", pages.examples)
+    app.router.add_get("/client/examples/", pages.examples)
     app.router.add_static("/client/", ctx.config.client_dir, follow_symlinks=False)
     return app

@@ -116,6 +116,10 @@ class BrowserConnection:
                 raise ProtocolError(ErrorCode.BAD_ORDER, "a session is already running here")
             await self._resume(message)
         elif handle is None:
+            if isinstance(message, IceCandidate) and self.handle is not None:
+                # the browser's candidates trickle in after its session ended (a refused offer,
+                # a failure): expected, and dropped without an answer or a log line each
+                return
             raise ProtocolError(ErrorCode.BAD_ORDER, "send session.start first")
         elif isinstance(message, Offer):
             await handle.offer(message.sdp)

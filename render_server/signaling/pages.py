@@ -47,6 +47,15 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(client_dir / "index.html", headers=headers)
 
 
+async def examples(request: web.Request) -> web.StreamResponse:
+    """The examples' index at /client/examples/ (the static route lists no directory: 403);
+    without the slash, a redirect, so that the page's relative links resolve."""
+    if not request.path.endswith("/"):
+        raise web.HTTPMovedPermanently("/client/examples/")
+    client_dir: Path = ctx_of(request).config.client_dir
+    return web.FileResponse(client_dir / "examples" / "index.html")
+
+
 async def embed(request: web.Request) -> web.StreamResponse:
     """The iframe embed: framable by the server's own pages and the allowed origins only."""
     config = ctx_of(request).config
