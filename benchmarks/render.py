@@ -45,29 +45,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
-from render_server.encode.convert import YuvConverter
-from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene
-from render_server.render.bands import DEFAULT_BANDS, THREADS, split_rows
-from render_server.render.cpu.prepare import prepare_scene, view_constants
-from render_server.render.cpu.raster import PLANE_WIDTH, visibility
-from render_server.render.cpu.shading import shade
-from render_server.stream.pictures import CpuPictures
-from render_server.tools.stats import median_p95
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.render_poses
 
-
-def poses(scene: Scene) -> dict[str, OrbitCamera]:
-    framed = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
-    close = framed.copy()
-    close.orbit(1.2, -0.2)
-    close.zoom(0.6)
-    ground = framed.copy()  # low over the ground plate, looking along it
-    ground.target, ground.distance, ground.pitch = (0.0, 0.15, 0.0), 6.0, 0.02
-    above = framed.copy()
-    above.orbit(2.5, 0.6)
-    return {"framed": framed, "close": close, "ground": ground, "above": above}
+from render_server.encode.convert import YuvConverter  # noqa: E402
+from render_server.render import CpuRenderer, OrbitCamera, Scene, default_scene  # noqa: E402
+from render_server.render.bands import DEFAULT_BANDS, THREADS, split_rows  # noqa: E402
+from render_server.render.cpu.prepare import prepare_scene, view_constants  # noqa: E402
+from render_server.render.cpu.raster import PLANE_WIDTH, visibility  # noqa: E402
+from render_server.render.cpu.shading import shade  # noqa: E402
+from render_server.stream.pictures import CpuPictures  # noqa: E402
+from render_server.tools.stats import median_p95  # noqa: E402
+from tests.render_poses import poses  # noqa: E402
 
 
 def fork_join(

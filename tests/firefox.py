@@ -4,8 +4,8 @@ geckodriver is not packaged for Debian, so there is no WebDriver server between 
 browser: `firefox-esr --headless --marionette` listens itself on the port a fresh profile's
 user.js names, and PyPI's `marionette-driver` speaks that protocol. `launch_firefox()` starts one
 and always ends it (quit, killed if it does not exit in time) and removes its profile; `Firefox`
-is what a test needs of it: navigate, run a script (its result, promises awaited, comes back as
-JSON values), wait, and move a real mouse (WebDriver actions, which Firefox turns into trusted
+is what a test needs of it: navigate, evaluate a script (its result, promises awaited, comes back
+as JSON values), wait, and drag a real mouse (WebDriver actions, which Firefox turns into trusted
 pointer and mouse events in the page, as it does for the OS's input).
 
 The profile keeps Firefox's stock preferences but for the few in PREFS, which only keep an
@@ -38,7 +38,7 @@ import pytest
 
 from render_server.tools.local_server import free_port
 
-__all__ = ["PREFS", "Firefox", "firefox", "firefox_path", "launch_firefox"]
+__all__ = ["PREFS", "Firefox", "firefox_path", "launch_firefox"]
 
 FIREFOX_CANDIDATES = ("/usr/bin/firefox-esr", "/usr/bin/firefox")
 STARTUP_TIMEOUT_S = 60.0
@@ -153,17 +153,6 @@ class Firefox:
             script_timeout=None if timeout_s is None else timeout_s * 1000,
         )
 
-    def execute_async(self, script: str, *args: Any, timeout_s: float | None = None) -> Any:
-        """Run `script` in the page; its last argument is the callback that hands back the
-        result, as WebDriver's Execute Async Script does."""
-        return self.marionette.execute_async_script(
-            script,
-            script_args=args,
-            sandbox=None,
-            new_sandbox=False,
-            script_timeout=None if timeout_s is None else timeout_s * 1000,
-        )
-
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (a promise awaited), as Playwright's
         `page.evaluate("...")` gives it."""
@@ -181,24 +170,16 @@ class Firefox:
             width=2 * width - inner_width, height=2 * height - inner_height
         )
 
-    def pointer(self) -> Any:
-        """An empty sequence of mouse actions (marionette_driver's ActionSequence: chain
-        `pointer_move(x, y, duration=ms)`, `pointer_down()`, `pointer_up()`, `pause(ms)`, then
-        `perform()`). Each action is one tick: a `pointer_move` without a duration is one
-        pointermove event, with the button state the earlier ticks left."""
-        return self.marionette.actions.sequence("pointer", "mouse", {"pointerType": "mouse"})
-
     def drag(self, start: tuple[float, float], path: Sequence[tuple[float, float]]) -> None:
         """Left-button drag: to `start` with the button up, press, one move to each point of
-        `path` in turn, release (as Playwright's mouse.move, down, move(steps=...), up)."""
-        actions = self.pointer().pointer_move(round(start[0]), round(start[1])).pointer_down()
+        `path` in turn, release (as Playwright's mouse.move, down, move(steps=...), up). One
+        WebDriver action sequence: each `pointer_move` is one tick, one trusted pointermove
+        with the button state the earlier ticks left."""
+        actions = self.marionette.actions.sequence("pointer", "mouse", {"pointerType": "mouse"})
+        actions.pointer_move(round(start[0]), round(start[1])).pointer_down()
         for x, y in path:
             actions.pointer_move(round(x), round(y))
         actions.pointer_up().perform()
-
-    def release_actions(self) -> None:
-        """Release whatever buttons the actions left pressed."""
-        self.marionette.actions.release()
 
 
 @contextlib.contextmanager
@@ -297,11 +278,3 @@ def _tail(path: Path, lines: int = 40) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no output)"
-
-
-@pytest.fixture(scope="module")
-def firefox() -> Iterator[Firefox]:
-    """A headless Firefox shared by a test module (import this name into it), viewport as
-    Firefox's default headless window has it (1366 x 682)."""
-    with launch_firefox() as browser:
-        yield browser

@@ -72,9 +72,8 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     root = tmp_path_factory.mktemp("meter")
     (root / "index.html").write_text(PAGE)
-    (root / "first-move.js").write_text(
-        (ROOT / "render_server" / "client" / "first-move.js").read_text()
-    )
+    for module in ("first-move.js", "latency.js"):  # the meter and what it imports
+        (root / module).write_text((ROOT / "render_server" / "client" / module).read_text())
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -15,20 +15,14 @@ from render_server.render.cpu.prepare import prepare_scene, view_constants
 from render_server.render.cpu.raster import PLANE_WIDTH, visibility
 from render_server.render.cpu.shading import shade
 from render_server.stream.pictures import CpuPictures
+from tests import render_poses
 
 
 def poses(scene: Scene) -> dict[str, OrbitCamera]:
-    framed = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
-    close = framed.copy()
-    close.orbit(1.2, -0.2)
-    close.zoom(0.6)
-    ground = framed.copy()  # low over the ground plate, looking along it
-    ground.target, ground.distance, ground.pitch = (0.0, 0.15, 0.0), 6.0, 0.02
-    above = framed.copy()
-    above.orbit(2.5, 0.6)
-    inside = framed.copy()  # among the objects: near-plane and guard-band clipping
+    """The benchmark's poses, and one among the objects: near-plane and guard-band clipping."""
+    inside = OrbitCamera.framed_on(scene.bounds_min, scene.bounds_max)
     inside.target, inside.distance, inside.yaw, inside.pitch = (0.5, 0.3, 1.0), 0.05, 0.4, 0.1
-    return {"framed": framed, "close": close, "ground": ground, "above": above, "inside": inside}
+    return {**render_poses.poses(scene), "inside": inside}
 
 
 def whole_frame(

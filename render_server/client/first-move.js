@@ -9,12 +9,15 @@
 // cannot see (a frame that waited, a stream that repeats a still picture).
 //
 // A sample is the brightness on a grid about SAMPLE_COLUMNS wide over the whole picture, read
-// with WebCodecs (`new VideoFrame(video)` then `copyTo`: the decoded planes as they are, ~1 ms
+// with WebCodecs (`new VideoFrame(video)` then `copyTo`: the decoded planes as they are, ~2 ms
 // for 1080p) where the browser has it, else by drawing the video into a small canvas (which
 // converts the whole frame first: ~9 ms for 1080p in headless Chromium, on the page's main
 // thread). Samples are taken while a first move is awaited, and every IDLE_SAMPLE_MS while the
 // input is still; `summary().sampleMs` says what one costs. A first move on a picture that was
-// changing by itself (an animated scene) is counted as `moving`, not measured. Call `onSteer` after the input has been sent: the reference sample is taken there.
+// changing by itself (an animated scene) is counted as `moving`, not measured. Call `onSteer`
+// after the input has been sent: the reference sample is taken there.
+
+import { percentile } from './latency.js';
 
 export const STILL_MS = 500;  // no steering input this long: the next move is a first move
 const IDLE_SAMPLE_MS = 200;  // while the input is still: is the picture still too?
@@ -37,14 +40,6 @@ export function movesCamera(event) {
   }
 }
 
-function percentile(sorted, p) {
-  if (!sorted.length) return null;
-  const rank = (p / 100) * (sorted.length - 1);
-  const lo = Math.floor(rank);
-  const hi = Math.ceil(rank);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo);
-}
-
 export class FirstMoveMeter {
   /** `video`: the element the stream plays in (the meter reads its pixels). */
   constructor(video, { stillMs = STILL_MS, timeoutMs = TIMEOUT_MS } = {}) {
@@ -58,19 +53,21 @@ export class FirstMoveMeter {
 
   /** Forget the samples (a new peer connection). */
   reset() {
-    this.samples = [];  // ms, newest last
-    // {seq, at, ms, rtp} of the same first moves: the input's `seq` and the changed frame's
-    // RTP timestamp find their records
+    // {seq, at, ms, rtp} of the first moves measured, newest last: the input's `seq` and the
+    // changed frame's RTP timestamp find their records
     this.moves = [];
     this.unchanged = 0;  // first moves after which no frame changed within `timeoutMs`
     this.moving = 0;  // first moves not measured: the picture was changing before them
     this._lastMove = -Infinity;
-    this._idle = null;  // the last idle sample's grid and when it was taken
-    this._idleAt = -Infinity;
+    this._idle = null;  // the last idle sample's grid
+    this._idleAt = -Infinity;  // ... and when it was taken
     this._pictureStill = false;  // the last two idle samples were alike
     this._armed = null;  // {at, seq, reference: Promise, chain: Promise}
     this._sampleMs = [];  // the last few samples' cost
   }
+
+  /** The first moves' figures (ms), newest last. */
+  get samples() { return this.moves.map((move) => move.ms); }
 
   /** Stop waiting for the picture to change (the stream itself is being replaced). */
   disarm() {
@@ -117,17 +114,15 @@ export class FirstMoveMeter {
       const [reference, grid] = await Promise.all([armed.reference, sample]);
       if (this._armed !== armed || !reference || !grid || !changed(reference, grid)) return;
       this._armed = null;
-      const ms = shownAt - armed.at;
-      this.samples.push(ms);
-      this.moves.push({ seq: armed.seq, at: armed.at, ms, rtp });
-      if (this.samples.length > KEEP) { this.samples.shift(); this.moves.shift(); }
+      this.moves.push({ seq: armed.seq, at: armed.at, ms: shownAt - armed.at, rtp });
+      if (this.moves.length > KEEP) this.moves.shift();
     });
   }
 
   /** Percentiles (ms) of the first moves kept, how many, how many changed nothing, how many
    * came while the picture was changing anyway, and what one sample costs (median ms). */
   summary() {
-    const sorted = [...this.samples].sort((a, b) => a - b);
+    const sorted = this.samples.sort((a, b) => a - b);  // a new array
     return {
       p50: percentile(sorted, 50), p95: percentile(sorted, 95), count: sorted.length,
       max: sorted.length ? sorted[sorted.length - 1] : null, unchanged: this.unchanged,

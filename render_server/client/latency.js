@@ -13,7 +13,8 @@ const KEEP_FRAMES = 600;  // breakdowns kept for the percentiles (20 s at 30 fps
 const RECORD_WAIT_MS = 2000;  // a displayed frame waits this long for its record
 const MAX_INPUTS = 4096;
 
-function percentile(sorted, p) {
+/** The `p`th percentile of ascending `sorted` (linear between ranks); null when empty. */
+export function percentile(sorted, p) {
   if (!sorted.length) return null;
   const rank = (p / 100) * (sorted.length - 1);
   const lo = Math.floor(rank);

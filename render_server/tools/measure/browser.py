@@ -110,17 +110,25 @@ def measure_in_chromium(
     return summary
 
 
-def drag(page: Any, seconds: float, width: int, height: int) -> None:
+def drag(
+    page: Any,
+    seconds: float,
+    width: int,
+    height: int,
+    swing_share: float = 1 / 6,
+    steps: int = 12,
+    direction: int = 1,
+) -> None:
     """Hold the left button and sweep across the middle of a `width` × `height` Playwright
-    page, back and forth, for `seconds`."""
-    x, y, swing = width / 2, height / 2, width / 6
+    page, `swing_share` of its width each way in `steps` moves, back and forth, for `seconds`;
+    the first sweep goes right (`direction` 1) or left (-1)."""
+    x, y, swing = width / 2, height / 2, width * swing_share
     page.mouse.move(x, y)
     page.mouse.down()
     deadline = time.monotonic() + seconds
-    direction = 1
     try:
         while time.monotonic() < deadline:
-            page.mouse.move(x + swing * direction, y, steps=12)
+            page.mouse.move(x + swing * direction, y, steps=steps)
             direction = -direction
     finally:
         page.mouse.up()
@@ -129,16 +137,6 @@ def drag(page: Any, seconds: float, width: int, height: int) -> None:
 def first_move_drags(page: Any, count: int, width: int, height: int) -> None:
     """`count` short left-button drags across the middle of the page, each after
     FIRST_MOVE_STILL_MS without input, alternating in direction so the picture stays framed."""
-    x, y, swing = width / 2, height / 2, width / 12
     for n in range(count):
         page.wait_for_timeout(FIRST_MOVE_STILL_MS)
-        direction = 1 if n % 2 == 0 else -1
-        page.mouse.move(x, y)
-        page.mouse.down()
-        deadline = time.monotonic() + FIRST_MOVE_HOLD_MS / 1000
-        try:
-            while time.monotonic() < deadline:
-                page.mouse.move(x + swing * direction, y, steps=6)
-                direction = -direction
-        finally:
-            page.mouse.up()
+        drag(page, FIRST_MOVE_HOLD_MS / 1000, width, height, 1 / 12, 6, 1 if n % 2 == 0 else -1)
