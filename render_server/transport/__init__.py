@@ -14,6 +14,11 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
   `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX
   map.
+- `av1_codec.register_av1` (AV1, which aiortc lacks; `av1_rtp` is its pure payload format):
+  appends to `aiortc.codecs.CODECS["video"]`, widens `aiortc.rtp.DYNAMIC_PAYLOAD_TYPES` to
+  35-63 (Chromium's AV1 payload types), wraps `aiortc.rtcpeerconnection.is_codec_compatible`
+  (AV1 profiles must match), and `get_encoder` in `aiortc.rtcrtpsender`, `get_decoder` and
+  `depayload` in `aiortc.rtcrtpreceiver` (AV1 packing, depacketizing, libdav1d decoding).
 - `guard.guard_data_channels`: wraps `RTCSctpTransport._data_channel_receive` (a text message
   that is not UTF-8, a malformed DCEP message must not end the transport).
 - `video_sender`: puts them together on a session's peer connection (no patch of its own).

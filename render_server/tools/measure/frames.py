@@ -4,12 +4,14 @@ aiortc's receiver hands a frame to its decoder only when the first packet of the
 arrives, which adds a whole frame interval to anything timed at `track.recv()`. A
 `FrameAssembler` is fed every RTP packet (sequence number, timestamp, marker, payload) with its
 arrival time and closes a frame at its marker-bit packet instead. transport/receiver_hook.py
-feeds one from an `RTCRtpReceiver` (`observe_receiver(receiver, assembler.add)`), ahead of
-aiortc's own handling, which still runs unchanged (NACK, REMB, RTCP receiver reports, PLI on
-loss).
+feeds one from an `RTCRtpReceiver` (`observe_receiver(receiver, assembler.add,
+on_codec=assembler.set_codec)`), ahead of aiortc's own handling, which still runs unchanged
+(NACK, REMB, RTCP receiver reports, PLI on loss).
 
-Per packet the assembler does a few integer operations and, for a frame's first packets, looks
-at the NAL header; payload bytes are kept only while a `FrameDecoder` wants them.
+The stream may be H.264, VP8 or AV1, whichever was negotiated: a `PayloadFormat` says how each
+one's payloads tell a keyframe and make the bytes its decoder takes. Per packet the assembler
+does a few integer operations and, until a frame is known to be a keyframe, looks at the
+payload's first bytes; payload bytes are kept only while a `FrameDecoder` wants them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Any, Final, Literal
 
 import av
 from aiortc.codecs.h264 import H264PayloadDescriptor
+from aiortc.codecs.vpx import VpxPayloadDescriptor
+
+from render_server.transport.av1_rtp import av1_payload_starts_keyframe, depacketize_av1
 
 NAL_IDR: Final = 5
 NAL_SPS: Final = 7
@@ -51,6 +56,60 @@ def h264_keyframe_nal(payload: bytes) -> bool:
     return nal_type in (NAL_IDR, NAL_SPS)
 
 
+def vp8_keyframe(payload: bytes) -> bool:
+    """Whether a VP8 RTP payload (RFC 7741) begins a key frame: the start of partition 0 (S=1,
+    PID=0) whose VP8 payload header has P (inverse key frame flag) clear."""
+    if len(payload) < 2 or payload[0] & 0x17 != 0x10:  # S set, PID 0: a frame's first packet
+        return False
+    try:
+        _, data = VpxPayloadDescriptor.parse(payload)
+    except ValueError:
+        return False
+    return bool(data) and not data[0] & 0x01
+
+
+def _h264_depayload(payloads: list[bytes]) -> bytes:
+    """RTP payloads of one frame, in sequence order → one Annex B access unit."""
+    parts = []
+    for payload in payloads:
+        with contextlib.suppress(ValueError):  # an unsupported NAL type: the decoder will say
+            parts.append(H264PayloadDescriptor.parse(payload)[1])
+    return b"".join(parts)
+
+
+def _vp8_depayload(payloads: list[bytes]) -> bytes:
+    """RTP payloads of one frame → the VP8 frame: the payload descriptors stripped."""
+    return b"".join(VpxPayloadDescriptor.parse(payload)[1] for payload in payloads)
+
+
+def _never(payload: bytes) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadFormat:
+    """How one codec's RTP payloads are read."""
+
+    codec: str  # its name in SDP: "H264", "VP8", "AV1"
+    keyframe: Callable[[bytes], bool]  # this payload begins a keyframe
+    depayload: Callable[[list[bytes]], bytes]  # a frame's payloads in order → decoder input
+    decoder: str | None  # the PyAV decoder, None where there is none
+
+
+PAYLOAD_FORMATS: Final = {
+    "H264": PayloadFormat("H264", h264_keyframe_nal, _h264_depayload, "h264"),
+    "VP8": PayloadFormat("VP8", vp8_keyframe, _vp8_depayload, "vp8"),
+    "AV1": PayloadFormat("AV1", av1_payload_starts_keyframe, depacketize_av1, "libdav1d"),
+}
+
+
+def payload_format(codec: str) -> PayloadFormat:
+    """The format of `codec` (SDP name, any case). Another codec is still counted in frames,
+    but never as keyframes, and not decoded."""
+    known = PAYLOAD_FORMATS.get(codec.upper())
+    return known if known is not None else PayloadFormat(codec, _never, b"".join, None)
+
+
 @dataclass(slots=True)
 class ObservedFrame:
     """One video frame as it arrived. Times are `time.monotonic()` in milliseconds."""
@@ -64,6 +123,7 @@ class ObservedFrame:
     keyframe: bool
     complete: bool
     index: int = 0  # position in the stream, counting closed frames from 0
+    codec: str = "H264"  # the payload format's name (`PayloadFormat.codec`)
 
 
 @dataclass(slots=True)
@@ -90,31 +150,41 @@ class AssemblerStats:
     frames: int = 0
     incomplete: int = 0
     lost_packets: int = 0
+    malformed: int = 0  # complete frames whose payloads did not depayload (no bytes passed on)
 
 
 class FrameAssembler:
-    """Builds `ObservedFrame`s from RTP packets of one H.264 stream.
+    """Builds `ObservedFrame`s from RTP packets of one video stream, of `codec` (H264, VP8,
+    AV1) until `set_codec` says otherwise.
 
     A frame spans the packets after the previous frame's marker up to its own marker. It closes
     when all of them are in: at the marker when packets come in order, at the last missing one
     when they are reordered. A frame still missing packets when `MAX_PENDING` newer frames have
     closed is closed incomplete, its missing packets counted as lost. `on_frame` gets each
-    closed frame and, where `keep_payload` is set, its Annex B access unit (else `b""`).
+    closed frame and, where `keep_payload` is set, what its decoder takes (H.264: an Annex B
+    access unit, VP8: the frame, AV1: a temporal unit), else `b""`.
     """
 
     def __init__(
         self,
         on_frame: Callable[[ObservedFrame, bytes], None],
         keep_payload: bool = False,
+        codec: str = "H264",
     ) -> None:
         self.on_frame = on_frame
         self.keep_payload = keep_payload
+        self.format = payload_format(codec)
         self.stats = AssemblerStats()
         self._building: dict[int, _Building] = {}
         self._closed: dict[int, None] = {}  # recent closed timestamps, oldest first
         self._last_seq: int | None = None  # unwrapped, highest seen
         self._last_end: int | None = None  # unwrapped sequence number of the last marker seen
         self._begun = 0
+
+    def set_codec(self, codec: str) -> None:
+        """The stream's codec from now on (the receiver hook's `on_codec`, once negotiated)."""
+        if codec.upper() != self.format.codec.upper():
+            self.format = payload_format(codec)
 
     def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
         self.stats.packets += 1
@@ -155,7 +225,7 @@ class FrameAssembler:
         frame.packets += 1
         frame.size += len(payload)
         frame.last_ms = arrival_ms
-        if not frame.keyframe and h264_keyframe_nal(payload):
+        if not frame.keyframe and self.format.keyframe(payload):
             frame.keyframe = True
         if marker:
             frame.end_seq = useq
@@ -210,6 +280,7 @@ class FrameAssembler:
             frame.keyframe,
             complete,
             self.stats.frames,
+            self.format.codec,
         )
         self.stats.frames += 1
         if not complete:
@@ -217,17 +288,13 @@ class FrameAssembler:
             self.stats.lost_packets += lost
         access_unit = b""
         if frame.payloads is not None and complete:
-            access_unit = _depayload([frame.payloads[s] for s in sorted(frame.payloads)])
+            try:
+                access_unit = self.format.depayload(
+                    [frame.payloads[s] for s in sorted(frame.payloads)]
+                )
+            except ValueError:  # from the network: counted, and no bytes to decode
+                self.stats.malformed += 1
         self.on_frame(observed, access_unit)
-
-
-def _depayload(payloads: list[bytes]) -> bytes:
-    """RTP payloads of one frame, in sequence order → one Annex B access unit."""
-    parts = []
-    for payload in payloads:
-        with contextlib.suppress(ValueError):  # an unsupported NAL type: the decoder will say
-            parts.append(H264PayloadDescriptor.parse(payload)[1])
-    return b"".join(parts)
 
 
 DecodeMode = Literal["none", "keyframes", "all"]
@@ -254,7 +321,8 @@ class DecodeStats:
 
 class FrameDecoder:
     """Decodes complete frames with PyAV on a thread of its own, to prove the stream is valid
-    video of the expected size. `mode`:
+    video of the expected size; each frame with its codec's decoder (`ObservedFrame.codec`).
+    `mode`:
 
     - `"keyframes"`: each keyframe alone, in a fresh decoder (parameter sets and picture).
     - `"all"`: every frame from the first keyframe on, in order, in one decoder.
@@ -273,7 +341,7 @@ class FrameDecoder:
             raise ValueError(f"decode mode must be keyframes or all, not {mode!r}")
         self.mode = mode
         self.stats = DecodeStats()
-        self._queue: queue.Queue[tuple[bytes, bool] | None] = queue.Queue(backlog)
+        self._queue: queue.Queue[tuple[bytes, bool, str] | None] = queue.Queue(backlog)
         self._chained = False  # "all": the frames so far reach back to a keyframe
         self._thread = threading.Thread(target=self._run, name="frame-decoder", daemon=True)
         self._thread.start()
@@ -288,7 +356,7 @@ class FrameDecoder:
         elif self.mode == "keyframes" or not self._chained:
             return
         try:
-            self._queue.put_nowait((access_unit, frame.keyframe))
+            self._queue.put_nowait((access_unit, frame.keyframe, frame.codec))
         except queue.Full:
             self.stats.skipped += 1
             self._chained = False
@@ -301,14 +369,17 @@ class FrameDecoder:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        codec: Any = None
+        context: Any = None
+        decoding: str | None = None  # the codec `context` decodes
         while (item := self._queue.get()) is not None:
-            access_unit, keyframe = item
-            if codec is None or keyframe:
-                codec = av.CodecContext.create("h264", "r")
-                codec.thread_count = 1  # frame threads would hold pictures back
+            access_unit, keyframe, codec = item
+            if context is None or keyframe or codec != decoding:
+                decoding, context = codec, _decoder(codec)
+            if context is None:
+                self.stats.errors += 1
+                continue
             try:
-                pictures = codec.decode(av.Packet(access_unit))
+                pictures = context.decode(av.Packet(access_unit))
             except av.FFmpegError:
                 self.stats.errors += 1
                 continue
@@ -316,3 +387,16 @@ class FrameDecoder:
                 self.stats.decoded += 1
                 size = (picture.width, picture.height)
                 self.stats.sizes[size] = self.stats.sizes.get(size, 0) + 1
+
+
+def _decoder(codec: str) -> Any:
+    """A fresh PyAV decoder for `codec`, giving each picture out of the call that decoded it
+    (frame threads, and dav1d's frame delay, would hold pictures back); None if there is none."""
+    name = payload_format(codec).decoder
+    if name is None:
+        return None
+    context = av.CodecContext.create(name, "r")
+    context.thread_count = 1
+    if name == "libdav1d":
+        context.options = {"max_frame_delay": "1"}
+    return context
