@@ -13,7 +13,7 @@
     baseline is a process of aiortc peer connections, one per stream, each with a
     `MediaStreamTrack` returning the same pre-encoded `av.Packet`s (the same clip, built by
     the same function), paced at the same rate, H.264 only (our sessions' own
-    `h264_codec_preferences()`), with the same playout-delay extension negotiated and
+    `codec_preferences("H264")`), with the same playout-delay extension negotiated and
     requested; it has no signaling. Both sides are counted the same
     way, by the same code in this script: the same kind of observing aiortc receivers (no
     decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
@@ -210,11 +210,11 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
         register_playout_delay,
         request_playout_delay,
     )
-    from render_server.transport.video_sender import h264_codec_preferences
+    from render_server.transport.video_sender import codec_preferences
 
     register_playout_delay()
     clip = replay_clip(default_scene(), Resolution.parse(size), fps, bitrate)
-    h264 = h264_codec_preferences()
+    h264 = codec_preferences("H264")
 
     class ClipTrack(MediaStreamTrack):
         kind = "video"

@@ -106,6 +106,9 @@ class StreamConfig:
     # the RTP playout-delay the browser is asked for: low (its low-latency renderer), zero
     # (show at once), off (its own smoothing); see transport/playout_delay.py
     playout_delay: PlayoutDelay = "low"
+    # the codecs the worker may send, in the order it prefers them where a browser ranks none
+    # (encode/codecs.py); None: every codec it has an encoder for
+    codecs: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.playout_delay not in PLAYOUT_DELAYS:
@@ -135,6 +138,8 @@ class StreamConfig:
             raise ConfigError(f"NVENC preset {self.nvenc_preset!r} is not one of p1..p7")
         if self.nvenc_input not in NVENC_INPUTS:
             raise ConfigError(f"NVENC input {self.nvenc_input!r} is not device or host")
+        if self.codecs is not None and not self.codecs:
+            raise ConfigError("codecs, where given, name at least one codec")
 
     @property
     def target_bitrate(self) -> int:

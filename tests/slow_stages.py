@@ -17,7 +17,7 @@ from render_server.stream.pictures import PictureSource
 from render_server.worker.local import LocalWorker
 
 BuildStages = Callable[
-    [LocalWorker, Resolution, float, Scene | None], tuple[PictureSource, Encoder]
+    [LocalWorker, Resolution, float, Scene | None, str], tuple[PictureSource, Encoder]
 ]
 
 
@@ -82,9 +82,13 @@ def slowed(build: BuildStages, render_s: float = 0.0, encode_s: float = 0.0) -> 
     `monkeypatch.setattr(LocalWorker, "build_stages", slowed(LocalWorker.build_stages, ...))`."""
 
     def build_slow_stages(
-        worker: LocalWorker, resolution: Resolution, fps: float, scene: Scene | None
+        worker: LocalWorker,
+        resolution: Resolution,
+        fps: float,
+        scene: Scene | None,
+        codec: str = "H264",
     ) -> tuple[PictureSource, Encoder]:
-        pictures, encoder = build(worker, resolution, fps, scene)
+        pictures, encoder = build(worker, resolution, fps, scene, codec)
         return SlowPictures(pictures, render_s), SlowEncoder(encoder, encode_s)
 
     return build_slow_stages

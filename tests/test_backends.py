@@ -59,6 +59,8 @@ def test_doctor_json_says_what_auto_picks_and_why(no_pycuda: dict[str, str]) -> 
     assert report["libx264"]["available"] is True
     assert report["device_frames"]["available"] is False
     assert "no CUDA renderer" in report["device_frames"]["reason"]
+    # without NVENC every codec comes from the CPU encoders, in the project's order
+    assert report["codecs"] == {"H264": "libx264", "VP8": "libvpx", "AV1": "libsvtav1"}
     measured = {b["what"]: b for b in report["benchmarks"]}
     assert measured["renderer cpu"]["fps"] > 0 and measured["renderer cpu"]["frames"] >= 5
     assert measured["encoder x264 (libx264)"]["stages_ms"]["encode"] > 0
@@ -69,6 +71,7 @@ def test_doctor_prints_a_readable_report(no_pycuda: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
     assert "auto renderer: cpu" in done.stdout and "auto encoder:  x264" in done.stdout
     assert "NVENC h264 no" in done.stdout
+    assert "codecs sent:   H264 (libx264), VP8 (libvpx), AV1 (libsvtav1)" in done.stdout
 
 
 def test_explicit_gpu_backends_that_cannot_run_stop_the_server(no_pycuda: dict[str, str]) -> None:

@@ -411,3 +411,15 @@ async def test_every_record_meets_its_frame_and_the_stages_add_up(server: str) -
     for name in ("glass_to_glass", "input_to_frame", *(f"stages.{s}" for s in INPUT_STAGES)):
         summary = report["stages"][name[7:]] if name.startswith("stages.") else report[name]
         assert summary["p50"] <= summary["p95"] <= summary["p99"], name
+
+
+@pytest.mark.parametrize("codec", ["VP8", "AV1"])
+async def test_the_client_measures_the_codec_it_asked_for(server: str, codec: str) -> None:
+    async with LatencyClient(server, decode="all", input_rate=10.0, codec=codec) as client:
+        report = await client.measure(1.5)
+    assert report["codec"] == codec and report["worker_errors"] == []
+    assert report["keyframes"] >= 1 and report["incomplete_frames"] == 0
+    assert report["unmatched_records"] == 0
+    decode = report["decode"]
+    assert decode["errors"] == 0 and decode["sizes"] == {"320x240": decode["decoded"]}
+    assert decode["decoded"] >= report["frames"] - 3

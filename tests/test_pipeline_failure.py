@@ -55,9 +55,9 @@ class FlakyWorker(LocalWorker):
     failing = 0  # encodes still to fail; -1: all of them
 
     def build_stages(
-        self, resolution: Resolution, fps: float, scene: Scene | None
+        self, resolution: Resolution, fps: float, scene: Scene | None, codec: str = "H264"
     ) -> tuple[PictureSource, Encoder]:
-        pictures, encoder = super().build_stages(resolution, fps, scene)
+        pictures, encoder = super().build_stages(resolution, fps, scene, codec)
         self.built = getattr(self, "built", 0) + 1
         return pictures, FlakyEncoder(encoder, self)  # type: ignore[return-value]
 

@@ -144,7 +144,7 @@ def test_an_edited_scene_reaches_the_picture_and_survives_a_new_size(
 def test_a_format_that_cannot_be_built_leaves_the_stream_as_it_was(
     pipeline: FramePipeline, scene: Scene
 ) -> None:
-    def no_encoder(resolution: Resolution, fps: float, scene: Scene | None):  # type: ignore[no-untyped-def]
+    def no_encoder(resolution: Resolution, fps: float, scene: Scene | None, codec: str):  # type: ignore[no-untyped-def]
         raise RuntimeError("no encoder session left")
 
     pipeline.factory = no_encoder

@@ -20,11 +20,11 @@ class OutOfEncoders(LocalWorker):
     """A worker whose encoders run out at one size, as a consumer GPU's NVENC sessions do."""
 
     def build_stages(
-        self, resolution: Resolution, fps: float, scene: Scene | None
+        self, resolution: Resolution, fps: float, scene: Scene | None, codec: str = "H264"
     ) -> tuple[PictureSource, Encoder]:
         if resolution == Resolution(640, 360):
             raise RuntimeError("no NVENC session free")
-        return super().build_stages(resolution, fps, scene)
+        return super().build_stages(resolution, fps, scene, codec)
 
 
 async def test_a_size_that_cannot_be_built_is_reported_with_the_size_that_stays(

@@ -306,6 +306,7 @@ REQUIREMENTS = st.builds(
     region=REGIONS,
     codec=st.none() | CODECS,
     resolution=st.none() | RESOLUTIONS,
+    codecs=st.lists(CODECS, max_size=3).map(tuple),
 )
 
 
@@ -341,6 +342,7 @@ SMALL_REQUIREMENTS = st.sampled_from(
         Requirements(labels=frozenset({"gpu"})),
         Requirements(region="eu"),
         Requirements(codec="AV1"),
+        Requirements(codecs=("VP8", "AV1")),
         Requirements(resolution="1920x1080"),
         Requirements(frozenset({"x"}), "eu", "H264", "3840x2160"),
     ]

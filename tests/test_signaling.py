@@ -55,7 +55,11 @@ async def test_health_and_metrics(start_server: ServerFactory) -> None:
         assert (worker["slots"], worker["free"]) == (2, 2)
         capabilities = worker["capabilities"]
         assert capabilities["renderer"] in ("cpu", "cuda")
-        assert "x264" in capabilities["encoders"] and capabilities["codecs"] == ["H264"]
+        assert "x264" in capabilities["encoders"] and capabilities["codecs"] == [
+            "H264",
+            "VP8",
+            "AV1",
+        ]
         assert "gpu" in capabilities and capabilities["slots"] == 2
 
 

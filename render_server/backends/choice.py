@@ -32,6 +32,12 @@ class Backends:
     gpu: GpuDevice | None = None
     # CUDA renderer + NVENC: whether NVENC reads the frames in GPU memory or a host copy
     nvenc_input: NvencInput = "host"
+    # the RTP codecs NVENC encodes here (H264 where it is used; AV1 on Ada and later)
+    nvenc_codecs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.encoder == "nvenc" and not self.nvenc_codecs:  # NVENC always has H.264
+            object.__setattr__(self, "nvenc_codecs", ("H264",))
 
     @property
     def device_frames(self) -> bool:
@@ -104,6 +110,10 @@ def choose_backends(
         else:
             encoder_used, encoder_reason = "x264", f"no NVENC: {nvenc.reason}"
             log.warning("backend.fallback", extra={"stage": "encoder", "reason": encoder_reason})
+    nvenc_codecs: tuple[str, ...] = ()
+    if encoder_used == "nvenc":
+        av1 = probe_nvenc("av1", cuda.devices if cuda else ())
+        nvenc_codecs = ("H264", "AV1") if av1.available else ("H264",)
     nvenc_input_used: NvencInput = "host"
     if renderer_used == "cuda" and encoder_used == "nvenc" and nvenc_input == "device":
         unsupported = device_frames_supported()
@@ -113,5 +123,5 @@ def choose_backends(
             log.warning("backend.fallback", extra={"stage": "nvenc_input", "reason": unsupported})
     return Backends(
         renderer_used, encoder_used, renderer_reason, encoder_reason, encoder, gpu,
-        nvenc_input_used,
+        nvenc_input_used, nvenc_codecs,
     )  # fmt: skip

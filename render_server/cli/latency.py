@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from render_server.cli.options import SubParsers
+from render_server.encode.codecs import CODECS
 
 
 def add_latency(sub: SubParsers) -> None:
@@ -35,6 +36,11 @@ def add_latency(sub: SubParsers) -> None:
         "--first-moves", type=int, default=20, metavar="N",
         help="chromium client: short drags after stillness for the pixel meter (%(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--codec", type=str.upper, choices=CODECS,
+        help="ask for this codec (default: H264 for the python client, the SDK's choice for "
+        "chromium)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run_latency)
 
@@ -47,8 +53,9 @@ def run_latency(args: argparse.Namespace) -> int:
             from render_server.tools.measure.browser import measure_in_chromium
 
             report = measure_in_chromium(
-                args.url, args.seconds, args.token, first_moves=max(0, args.first_moves)
-            )
+                args.url, args.seconds, args.token, first_moves=max(0, args.first_moves),
+                codec=args.codec,
+            )  # fmt: skip
         else:
             report = asyncio.run(measure_latency(args.url, args.seconds, args.token, args.decode))
     except (MeasureError, OSError, TimeoutError) as exc:
@@ -72,6 +79,8 @@ def rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
 
 def format_report(report: dict[str, Any], client: str) -> str:
     lines = [f"{'stage':<16}{'p50':>9}{'p95':>9}{'p99':>9}   ms"]
+    if report.get("codec"):
+        lines.insert(0, f"codec {report['codec']}")
     for name, s in rows(report):
         if not s or s.get("p50") is None:
             lines.append(f"{name:<16}{'-':>9}{'-':>9}{'-':>9}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from render_server.cli.options import SubParsers
 from render_server.config import Resolution
+from render_server.encode.codecs import CODECS
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -61,6 +62,13 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument("--resolution", default="3840x2160", help="WIDTHxHEIGHT asked for (%(default)s)")
     p.add_argument("--fps", type=float, default=60.0, help="frame rate asked for (%(default)s)")
     p.add_argument("--max-kbps", type=int, help="bitrate cap asked for (default: the worker's)")
+    p.add_argument(
+        "--codec",
+        type=str.upper,
+        default="H264",
+        choices=CODECS,
+        help="the codec each stream asks for (%(default)s)",
+    )
     p.add_argument("--duration", type=_seconds, default=60.0,
                    help="seconds of hold after the ramp (%(default)s)")  # fmt: skip
     p.add_argument("--ramp", type=_seconds, default=10.0,
@@ -94,6 +102,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
             fps=args.fps, duration_s=args.duration, ramp_s=args.ramp, processes=args.processes,
             token=args.token, max_kbps=args.max_kbps, decode_every=args.decode_every,
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
+            codec=args.codec,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)

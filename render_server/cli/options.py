@@ -28,6 +28,7 @@ from render_server.config import (
     WorkerConfig,
     env_value,
 )
+from render_server.encode.codecs import parse_codecs
 
 SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
 
@@ -82,6 +83,12 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "--encoder", choices=ENCODERS, default=env("encoder", s.encoder),
         help="auto: NVENC where the GPU has it, else libx264; replay: a pre-encoded clip in a "
         "loop, for load tests (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--codecs", default=env_value("codecs"),
+        help="the codecs sessions may be sent in, comma-separated, of H264, VP8, AV1 "
+        "(default: every one this worker has an encoder for); each session sends the first "
+        "its browser offers",
     )  # fmt: skip
     g.add_argument(
         "--nvenc-preset", choices=NVENC_PRESETS, default=env("nvenc_preset", s.nvenc_preset),
@@ -325,7 +332,17 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         idle_timeout_s=args.idle_timeout or None,
         idle_fps=args.idle_fps,
         playout_delay=args.playout_delay,
+        codecs=_codecs(args.codecs),
     )
+
+
+def _codecs(text: str | None) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    try:
+        return parse_codecs(text)
+    except ValueError as exc:
+        raise ConfigError(f"--codecs: {exc}") from None
 
 
 class WorkerFields(TypedDict, total=False):

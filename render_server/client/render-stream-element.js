@@ -1,6 +1,7 @@
 // <render-stream server="https://render.example" token="…"></render-stream>: the stream in one
 // line of HTML. Attributes: server, token, quality ("window", or "1280x720"), max-kbps,
-// pointer-lock (boolean), no-input (boolean). The element re-dispatches the stream's events
+// codecs ("VP8,H264": the codecs it may arrive in, best first), pointer-lock (boolean),
+// no-input (boolean). The element re-dispatches the stream's events
 // (state, queue, stats, quality, error, message) and exposes the stream as `.stream`.
 
 import { RenderStream, parseSize } from './render-stream.js';
@@ -29,6 +30,7 @@ export class RenderStreamElement extends HTMLElement {
       input: !this.hasAttribute('no-input'),
       pointerLock: this.hasAttribute('pointer-lock'),
       quality: parseQuality(this.getAttribute('quality'), this.getAttribute('max-kbps')),
+      codecs: (this.getAttribute('codecs') || '').split(',').filter(Boolean),
     });
     for (const type of FORWARDED) {
       this.stream.addEventListener(type, (event) => {

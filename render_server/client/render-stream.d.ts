@@ -24,6 +24,15 @@ export declare class RenderStreamError extends Error {
 /** A `maxKbps` above any worker's own cap: no cap but the worker's configured bitrate. */
 export declare const NO_BITRATE_CAP: 1000000;
 
+/** The codecs a render server can send, in its default order. */
+export declare const SENDABLE_CODECS: readonly ['H264', 'VP8', 'AV1'];
+
+/**
+ * The codecs a stream would ask for here, best first: those of `wanted` (default
+ * SENDABLE_CODECS) that this browser decodes, hardware-decoded ones first.
+ */
+export declare function rankCodecs(wanted?: string[] | null): Promise<string[]>;
+
 /** `'1280x720'` → `{width: 1280, height: 720}`; null for anything else. */
 export declare function parseSize(text: string | null | undefined): { width: number; height: number } | null;
 
@@ -70,6 +79,12 @@ export interface RenderStreamOptions {
   quality?: Quality | 'window' | null;
   statsIntervalMs?: number;
   reconnect?: ReconnectPolicy;
+  /**
+   * The codecs the stream may arrive in, best first, of `SENDABLE_CODECS` ('H264', 'VP8',
+   * 'AV1'). Default: every one this browser decodes, those it decodes in hardware first, then
+   * H.264, VP8, AV1. Only a worker that sends one of them is chosen.
+   */
+  codecs?: string[] | null;
 }
 
 export interface SessionInfo {
@@ -229,6 +244,8 @@ export declare class RenderStream extends EventTarget {
   readonly capture: InputCapture | null;
   readonly latencyMeter: LatencyMeter;
   readonly firstMoveMeter: FirstMoveMeter;
+  /** The codecs asked for, best first, once ranked (null before); `session.codec` is the one sent. */
+  readonly codecs: string[] | null;
   /** Resolves when the first frame plays; rejects if the stream fails before. */
   readonly ready: Promise<RenderStream>;
   /** Resolves when the stream ends or fails for good. */

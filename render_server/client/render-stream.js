@@ -5,10 +5,11 @@
 //   const stream = await RenderStream.connect(document.querySelector('#view'), { token });
 
 import { InputCapture } from './input-capture.js';
+import { SENDABLE_CODECS, answeredCodec, preferCodecs, rankCodecs } from './codecs.js';
 import { FirstMoveMeter } from './first-move.js';
 import { LatencyMeter, STAGES } from './latency.js';
 
-export { FirstMoveMeter, InputCapture, LatencyMeter, STAGES };
+export { FirstMoveMeter, InputCapture, LatencyMeter, SENDABLE_CODECS, STAGES, rankCodecs };
 
 export const PROTOCOL_VERSION = 1;
 export const SUBPROTOCOL = 'render-server.v1';
@@ -91,7 +92,7 @@ export class RenderStream extends EventTarget {
   constructor(element, {
     server = location.origin, path = '/ws', token = null, requirements = null,
     input = true, pointerLock = false, quality = null, statsIntervalMs = 1000,
-    reconnect = DEFAULT_RECONNECT,
+    reconnect = DEFAULT_RECONNECT, codecs = null,
   } = {}) {
     super();
     if (element instanceof HTMLVideoElement) {
@@ -109,6 +110,10 @@ export class RenderStream extends EventTarget {
     this.path = path;
     this.token = token;
     this.requirements = requirements;
+    // the codecs to ask for, best first (codecs.js): sent with `session.start`, so that only a
+    // worker that sends one of them is chosen, and set as the offer's order
+    this.codecs = null;
+    this._codecs = rankCodecs(codecs).then((ranked) => { this.codecs = ranked; return ranked; }, () => []);
     this.reconnectPolicy = { ...DEFAULT_RECONNECT, ...reconnect };
     this.statsIntervalMs = statsIntervalMs;
     this.state = State.IDLE;
@@ -229,9 +234,14 @@ export class RenderStream extends EventTarget {
       return;
     }
     this.ws = ws;
-    ws.onopen = () => {
-      if (resume) this._send({ type: 'session.resume', ...resume });
-      else this._send(this.requirements ? { type: 'session.start', requirements: this.requirements } : { type: 'session.start' });
+    ws.onopen = async () => {
+      if (resume) {
+        this._send({ type: 'session.resume', ...resume });
+        return;
+      }
+      const codecs = await this._codecs;
+      const requirements = codecs.length ? { ...(this.requirements || {}), codecs } : this.requirements;
+      this._send(requirements ? { type: 'session.start', requirements } : { type: 'session.start' });
     };
     ws.onmessage = (event) => this._onSignal(event.data);
     ws.onclose = (event) => {
@@ -293,6 +303,7 @@ export class RenderStream extends EventTarget {
         this._suspend(message.reason || 'worker_lost');
         break;
       case 'answer':
+        if (this.session) this.session.codec = answeredCodec(message.sdp) || this.session.codec;
         if (this.pc) await this.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp }).catch((e) => this._peerLost(`bad answer: ${e.message}`));
         break;
       case 'session.ended':
@@ -325,7 +336,8 @@ export class RenderStream extends EventTarget {
     this._dropPeer();
     const pc = new RTCPeerConnection({ iceServers: this.session?.iceServers || [] });
     this.pc = pc;
-    pc.addTransceiver('video', { direction: 'recvonly' });
+    const transceiver = pc.addTransceiver('video', { direction: 'recvonly' });
+    preferCodecs(transceiver, await this._codecs);
     const channel = pc.createDataChannel('input', { ordered: true });
     this.input = channel;
     // a size to match the window waits for the worker's first `quality` message: its limits
@@ -345,7 +357,7 @@ export class RenderStream extends EventTarget {
       // a short jitter buffer: this is interactive video, not a film
       if ('jitterBufferTarget' in receiver) receiver.jitterBufferTarget = 0;
       this.video.srcObject = new MediaStream([track]);
-      this.video.play().catch(() => {});
+      this._play();
       this._awaitFirstFrame(pc);
     };
     pc.onconnectionstatechange = () => {
@@ -364,6 +376,17 @@ export class RenderStream extends EventTarget {
     const offer = await pc.createOffer();
     await pc.setLocalDescription(offer);
     if (pc === this.pc) this._send({ type: 'offer', sdp: pc.localDescription.sdp });
+  }
+
+  _play() {
+    // an autoplay policy (Safari's, a browser set to block autoplay) may refuse a play() that
+    // no user gesture started, even muted: the next click, tap or key plays it
+    this.video.play().catch(() => {
+      const retry = () => this.video.play().catch(() => {});
+      for (const type of ['pointerdown', 'keydown', 'touchend']) {
+        document.addEventListener(type, retry, { once: true, capture: true });
+      }
+    });
   }
 
   _awaitFirstFrame(pc) {

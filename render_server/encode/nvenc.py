@@ -16,6 +16,8 @@ NVENC_CODECS: Final[dict[NvencCodec, tuple[str, str]]] = {
     "hevc": ("hevc_nvenc", "H265"),
     "av1": ("av1_nvenc", "AV1"),
 }
+# RTP codec → NVENC codec, for the codecs a worker's sessions may be sent in
+NVENC_NAMES: Final[dict[str, NvencCodec]] = {"H264": "h264", "AV1": "av1"}
 # NVENC has no "infinite" through libavcodec's gop_size: a GOP this long never ends in practice
 # (over a year at 60 fps); keyframes come from requests (forced IDR) only.
 ENDLESS_GOP: Final = 2**31 - 1

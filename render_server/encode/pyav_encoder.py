@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import fractions
+import logging
+import time
 
 import av
 from av.video.frame import PictureType
 
 from render_server.encode.protocol import EncodedPacket
 
+log = logging.getLogger(__name__)
+
 VIDEO_TIME_BASE = fractions.Fraction(1, 90000)  # the RTP clock of every video codec
+# encoders that take a new bit rate only by reopening: a change this big (relative) or more ...
+RETARGET_STEP = 0.25
+# ... and at most once per this many seconds (each reopen costs a keyframe)
+RETARGET_INTERVAL_S = 2.0
 
 
 def open_codec_context(
@@ -23,6 +31,8 @@ def open_codec_context(
     gop_size: int | None = None,
     vbv_frames: float = 3.0,
     prime: av.VideoFrame | None = None,
+    constant_rate: bool = False,
+    threads: int | None = None,
 ) -> av.VideoCodecContext:
     """A PyAV video encoder context of one size, open: the RTP clock as its time base, no
     B-frames, `bitrate` as its bit rate and its rate buffer's maximum.
@@ -33,6 +43,9 @@ def open_codec_context(
 
     `pix_fmt="cuda"` (NVENC only) opens by encoding `prime`, a device frame of the right size
     whose packet is dropped: see `PyavVideoEncoder`.
+
+    `constant_rate` also sets the minimum rate to the bit rate: libvpx's rate control is CBR
+    only when minimum, maximum and target agree.
     """
     ctx = av.CodecContext.create(codec_name, "w")
     assert isinstance(ctx, av.VideoCodecContext)
@@ -45,8 +58,13 @@ def open_codec_context(
     ctx.max_b_frames = 0
     if gop_size is not None:
         ctx.gop_size = gop_size
+    if threads is not None:
+        ctx.thread_count = threads
     bufsize = max(1000, int(bitrate * vbv_frames / fps))
-    ctx.options = {**options, "maxrate": str(bitrate), "bufsize": str(bufsize)}
+    rates = {"maxrate": str(bitrate), "bufsize": str(bufsize)}
+    if constant_rate:
+        rates["minrate"] = str(bitrate)
+    ctx.options = {**options, **rates}
     if pix_fmt == "cuda":
         if prime is None or prime.format.name != "cuda":
             raise ValueError("an encoder of CUDA frames opens on a CUDA frame (prime)")
@@ -85,6 +103,9 @@ class PyavVideoEncoder:
         gop_size: int | None = None,
         vbv_frames: float = 3.0,
         prime: av.VideoFrame | None = None,
+        constant_rate: bool = False,
+        retarget_by_reopening: bool = False,
+        threads: int | None = None,
     ) -> None:
         self.codec = rtp_codec
         self.codec_name = codec_name
@@ -92,26 +113,70 @@ class PyavVideoEncoder:
         self.height = height
         self.pix_fmt = pix_fmt
         self.max_bitrate = bitrate
+        self._fps = fps
+        self._options = options
+        self._gop_size = gop_size
+        self._vbv_frames = vbv_frames
+        self._constant_rate = constant_rate
+        self._threads = threads
+        self._retarget_by_reopening = retarget_by_reopening
+        self._reopen_at: int | None = None  # a bit rate to reopen at before the next frame
+        self._opened_at = time.monotonic()
+        self.reopens = 0
         ctx = open_codec_context(
-            codec_name, width, height, fps, bitrate, options, pix_fmt, gop_size, vbv_frames, prime
-        )
+            codec_name, width, height, fps, bitrate, options, pix_fmt, gop_size, vbv_frames,
+            prime, constant_rate, threads,
+        )  # fmt: skip
         self._idr_next = pix_fmt == "cuda"  # the decoder never sees the primed picture
         self._ctx: av.VideoCodecContext | None = ctx
 
     @property
     def bitrate(self) -> int:
+        if self._reopen_at is not None:
+            return self._reopen_at
         return int(self._ctx.bit_rate or 0) if self._ctx is not None else 0
 
     def set_bitrate(self, bitrate: int) -> int:
         """Aim at `bitrate` from the next frame on, never above the configured maximum.
 
         Both libx264 and NVENC reconfigure their rate control when the context's bit rate
-        changes between frames; the rate buffer keeps its configured size.
+        changes between frames; the rate buffer keeps its configured size. libvpx and SVT-AV1
+        through FFmpeg 8 ignore that change (measured: a 6 → 1 Mbit/s step left either at its
+        old rate), so those encoders (`retarget_by_reopening`) are opened afresh at the new
+        rate, which costs a keyframe: only for a change of RETARGET_STEP or more, and at most
+        once per RETARGET_INTERVAL_S.
         """
         target = max(100_000, min(int(bitrate), self.max_bitrate))
-        if self._ctx is not None and target != self._ctx.bit_rate:
-            self._ctx.bit_rate = target
+        if self._ctx is None:
+            return target
+        if not self._retarget_by_reopening:
+            if target != self._ctx.bit_rate:
+                self._ctx.bit_rate = target
+            return target
+        current = int(self._ctx.bit_rate or 0)
+        if abs(target - current) < RETARGET_STEP * current:
+            self._reopen_at = None  # back near the rate it runs at: nothing to do
+            return current
+        self._reopen_at = target
         return target
+
+    def _reopen_if_due(self) -> bool:
+        """Open the codec afresh at the bit rate asked for, once the interval allows; True
+        when it did (the next frame must then be a keyframe)."""
+        if self._reopen_at is None or self._ctx is None or self.pix_fmt == "cuda":
+            return False
+        if time.monotonic() - self._opened_at < RETARGET_INTERVAL_S:
+            return False
+        target, self._reopen_at = self._reopen_at, None
+        self._ctx = open_codec_context(
+            self.codec_name, self.width, self.height, self._fps, target, self._options,
+            self.pix_fmt, self._gop_size, self._vbv_frames, None, self._constant_rate,
+            self._threads,
+        )  # fmt: skip
+        self._opened_at = time.monotonic()
+        self.reopens += 1
+        log.info("encoder.reopened", extra={"encoder": self.codec_name, "bitrate": target})
+        return True
 
     def encode(
         self, frame: av.VideoFrame, pts: int, keyframe: bool = False
@@ -122,6 +187,8 @@ class PyavVideoEncoder:
             )
         if self._ctx is None:
             raise RuntimeError("the encoder is closed")
+        if self._reopen_if_due():
+            keyframe = True  # a fresh encoder has no reference for the decoder's pictures
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         keyframe, self._idr_next = keyframe or self._idr_next, False

@@ -4,7 +4,7 @@ and whether a worker has it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -16,6 +16,8 @@ RESOLUTION: Final = re.compile(r"[0-9]{2,5}x[0-9]{2,5}")  # ASCII: `\d` takes an
 # requirement above it can never be met by any worker, now or later: refused as malformed.
 MAX_WIDTH: Final = 7680
 MAX_HEIGHT: Final = 4320
+MAX_CODECS: Final = 16  # a browser decodes a handful; more is not a browser
+CODEC_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 
 
 class WorkerFacts(Protocol):
@@ -39,6 +41,8 @@ class Requirements:
     region: str | None = None
     codec: str | None = None  # e.g. "H264": must be in capabilities["codecs"]
     resolution: str | None = None  # "WxH": capabilities["resolution"] must be at least as big
+    # the codecs the browser decodes (the SDK sends them, best first): the worker must send one
+    codecs: tuple[str, ...] = ()
 
     def fits(self, worker: WorkerFacts) -> bool:
         """Whether the worker can serve the session; the registry's Lua has a twin (fits.lua)."""
@@ -48,6 +52,8 @@ class Requirements:
             return False
         caps = worker.capabilities
         if self.codec is not None and self.codec not in caps.get("codecs", ()):
+            return False
+        if self.codecs and not set(self.codecs) & set(caps.get("codecs", ())):
             return False
         if self.resolution is not None:
             want_w, want_h = (int(v) for v in self.resolution.lower().split("x"))
@@ -62,6 +68,7 @@ class Requirements:
             "region": self.region,
             "codec": self.codec,
             "resolution": self.resolution,
+            "codecs": list(self.codecs),
         }
 
     @classmethod
@@ -72,7 +79,24 @@ class Requirements:
             region=doc.get("region"),
             codec=doc.get("codec"),
             resolution=doc.get("resolution"),
+            codecs=tuple(doc.get("codecs") or ()),
         )
+
+
+def codecs_field(raw: Document) -> tuple[str, ...]:
+    """`codecs`: up to MAX_CODECS codec names (a browser's decodable codecs), upper-cased as
+    RTP names are compared; absent means any."""
+    codecs = raw.get("codecs") or []
+    if (
+        not isinstance(codecs, list)
+        or len(codecs) > MAX_CODECS
+        or not all(isinstance(c, str) and CODEC_NAME.fullmatch(c) for c in codecs)
+    ):
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            f"`codecs` must be a list of at most {MAX_CODECS} codec names (e.g. H264, VP8)",
+        )
+    return tuple(dict.fromkeys(c.upper() for c in codecs))
 
 
 def parse_requirements(raw: Any) -> Requirements:
@@ -98,6 +122,22 @@ def parse_requirements(raw: Any) -> Requirements:
             region=optional_name(raw, "region"),
             codec=optional_name(raw, "codec"),
             resolution=resolution,
+            codecs=codecs_field(raw),
         )
     except ProtocolError as exc:
         raise ProtocolError(exc.code, f"in `requirements`: {exc.message}") from None
+
+
+def unservable_reason(requirements: Requirements, workers: Iterable[Mapping[str, Any]]) -> str:
+    """Why none of the registered workers (their capabilities) can serve `requirements`: for a
+    browser whose codecs none of them sends, the codecs on each side."""
+    generic = "no registered worker can meet the requirements"
+    if not requirements.codecs:
+        return generic
+    sent = sorted({c for caps in workers for c in caps.get("codecs", ())})
+    if set(sent) & set(requirements.codecs):
+        return generic
+    return (
+        f"no registered worker sends a codec this browser decodes: the browser takes "
+        f"{', '.join(requirements.codecs)}; the workers send {', '.join(sent) or 'nothing'}"
+    )

@@ -59,6 +59,13 @@ OPENAPI: dict[str, Any] = {
                     "labels": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
                     "region": {"type": "string"},
                     "codec": {"type": "string", "examples": ["H264"]},
+                    "codecs": {
+                        "type": "array",
+                        "items": {"type": "string", "examples": ["VP8"]},
+                        "maxItems": 16,
+                        "description": "the codecs the browser decodes, best first: only a "
+                        "worker that sends one of them is chosen",
+                    },
                     "resolution": {"type": "string", "pattern": "^[0-9]{2,5}x[0-9]{2,5}$"},
                 },
             },

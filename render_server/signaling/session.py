@@ -12,6 +12,7 @@ the state the worker handed over: `session.moving`, then `session.started` namin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from render_server.protocol.bus import (
     WorkerLost,
 )
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.requirements import unservable_reason
 from render_server.protocol.signaling import (
     Answer,
     Error,
@@ -214,9 +216,11 @@ class SessionHandle:
     async def _placed(self, ticket: Ticket) -> None:
         if ticket.unservable:
             self.log.info("session.no_capacity", extra=self.record.requirements.as_dict())
-            await self._tell(
-                Error(ErrorCode.NO_CAPACITY, "no registered worker can meet the requirements")
-            )
+            workers: list[Any] = []
+            with contextlib.suppress(Exception):  # the registry away: a vaguer reason, still true
+                workers = [w.info.capabilities for w in await self.ctx.registry.workers()]
+            reason = unservable_reason(self.record.requirements, workers)
+            await self._tell(Error(ErrorCode.NO_CAPACITY, reason))
             await self._finish(ErrorCode.NO_CAPACITY)
         elif ticket.claim is not None:
             self.ctx.metrics.claims.inc()

@@ -77,6 +77,7 @@ class InputChannel:
         self.commands = commands
         self.quality = quality
         self.quality_limits = quality_limits
+        self._worker_limits = quality_limits  # before any codec's limits (`limit_codec`)
         self._on_fps = on_fps
         self._on_steer = on_steer
         self.channel: RTCDataChannel | None = None  # the current peer's
@@ -210,6 +211,19 @@ class InputChannel:
         if controller:
             self.last_input = now
         self.metrics.input_events.labels(event_type(event)).inc()
+
+    def limit_codec(self, max_macroblocks: int | None, max_fps: float | None) -> None:
+        """The browser's decoder of the codec its offer settled on takes frames of at most
+        `max_macroblocks` and `max_fps` (VP8's `max-fs` and `max-fr`; None: no limit): the
+        limits tighten (or, for another offer, loosen back to the worker's) and a stream
+        beyond them steps down now."""
+        base = self._worker_limits
+        fps = base.max_fps if max_fps is None else min(base.max_fps, max_fps)
+        self.quality_limits = replace(base, max_macroblocks=max_macroblocks, max_fps=fps)
+        current = self.quality
+        if self.quality_limits.clamp(current, QualityRequest()) != current or current.fps > fps:
+            size = current.resolution
+            self._set_quality(QualityRequest(size.width, size.height, min(current.fps, fps)))
 
     def _set_quality(self, request: QualityRequest) -> None:
         """Clamp the request, hand the change to the pipeline and the frame rate, and answer

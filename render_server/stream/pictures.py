@@ -11,7 +11,7 @@ import numpy as np
 
 from render_server.config import Resolution
 from render_server.encode.convert import YuvConverter
-from render_server.encode.nvenc import create_nvenc_encoder
+from render_server.encode.nvenc import NvencCodec, create_nvenc_encoder
 from render_server.encode.protocol import Encoder
 from render_server.render.camera import OrbitCamera
 from render_server.render.cpu import CpuRenderer
@@ -114,16 +114,17 @@ def nvenc_on_device(
     bitrate: int,
     preset: str = "p1",
     intra_refresh: bool = False,
+    codec: NvencCodec = "h264",
 ) -> Encoder:
-    """An H.264 NVENC encoder that reads `pictures` (pix_fmt "cuda") where they were drawn,
-    opened on one of them.
+    """An NVENC encoder (H.264 unless `codec` says otherwise) that reads `pictures` (pix_fmt
+    "cuda") where they were drawn, opened on one of them.
 
     Raises whatever FFmpeg or NVENC raise where that does not work, having closed `pictures`.
     """
     try:
         resolution = Resolution(pictures.renderer.width, pictures.renderer.height)
         return create_nvenc_encoder(
-            "h264", resolution, fps, bitrate, pix_fmt="cuda", preset=preset,
+            codec, resolution, fps, bitrate, pix_fmt="cuda", preset=preset,
             intra_refresh=intra_refresh, prime=pictures.blank(),
         )  # fmt: skip
     except BaseException:

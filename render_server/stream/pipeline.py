@@ -21,9 +21,9 @@ from render_server.stream.pictures import PictureSource
 
 log = logging.getLogger(__name__)
 
-# (size, frame rate, the session's scene or None for the worker's) → a picture source and an
-# encoder of that size
-PipelineFactory = Callable[[Resolution, float, Scene | None], tuple[PictureSource, Encoder]]
+# (size, frame rate, the session's scene or None for the worker's, RTP codec) → a picture source
+# and an encoder of that size and codec
+PipelineFactory = Callable[[Resolution, float, Scene | None, str], tuple[PictureSource, Encoder]]
 
 
 @dataclass
@@ -47,9 +47,9 @@ class FramePipeline:
 
     `produce` runs on the session's one thread. Requests come from the event loop and are
     applied at the next frame: a bitrate (a receiver's estimate) and its cap, a keyframe, an
-    edited scene, and a new size or frame rate, for which the pipeline closes its picture
-    source and encoder and builds new ones through `factory` (the first frame of the new
-    encoder is an IDR). Should that fail, the stream goes on as it was.
+    edited scene, and a new size, frame rate or codec, for which the pipeline closes its
+    picture source and encoder and builds new ones through `factory` (the first frame of the
+    new encoder is an IDR). Should that fail, the stream goes on as it was.
     """
 
     def __init__(
@@ -106,6 +106,25 @@ class FramePipeline:
             raise RuntimeError("this pipeline has no factory to change its format with")
         with self._lock:
             self._wanted_format = (resolution, fps)
+
+    @property
+    def codec(self) -> str:
+        """The RTP codec the frames are encoded in."""
+        return self.encoder.codec
+
+    def set_codec(self, codec: str) -> None:
+        """Encode in `codec` (an RTP name, "VP8") from the next frame on: the codec a
+        browser's offer settled on. Runs on the session's thread, between frames: the stages
+        are built afresh now (unless it is the codec already sent), so that an encoder that
+        cannot open fails the offer, not a frame; raises what the factory raises."""
+        if codec == self.encoder.codec:
+            return
+        if self.factory is None:
+            raise RuntimeError("this pipeline has no factory to change its codec with")
+        resolution = Resolution(self.encoder.width, self.encoder.height)
+        self._swap(*self.factory(resolution, self.fps, self._scene, codec), self.fps)
+        with self._lock:
+            self._bitrate_changed = True  # the estimate and cap apply to the new encoder too
 
     def request_rebuild(self) -> None:
         """A frame failed (an encoder error, a CUDA error): build the picture source and the
@@ -182,11 +201,12 @@ class FramePipeline:
     def _reformat(self, resolution: Resolution, fps: float) -> bool:
         """Replace the picture source and encoder; False (and the old ones kept) on failure."""
         assert self.factory is not None
+        codec = self.encoder.codec
         try:
-            pictures, encoder = self.factory(resolution, fps, self._scene)
+            pictures, encoder = self.factory(resolution, fps, self._scene, codec)
         except Exception as exc:  # NVENC out of sessions, a GPU out of memory, ...
             self.format_errors += 1
-            reason = {"size": str(resolution), "error": str(exc)}
+            reason = {"size": str(resolution), "codec": codec, "error": str(exc)}
             log.warning("pipeline.format_failed", extra=reason)
             if self._scene is not None:
                 self.pictures.set_scene(self._scene)
@@ -199,7 +219,7 @@ class FramePipeline:
         factory's error, if any, is the caller's."""
         assert self.factory is not None
         resolution = Resolution(self.encoder.width, self.encoder.height)
-        self._swap(*self.factory(resolution, self.fps, self._scene), self.fps)
+        self._swap(*self.factory(resolution, self.fps, self._scene, self.encoder.codec), self.fps)
         self.rebuilds += 1
 
     def _swap(self, pictures: PictureSource, encoder: Encoder, fps: float) -> None:

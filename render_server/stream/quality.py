@@ -34,6 +34,29 @@ class QualityLimits:
     max_kbps: int
     # for the bitrate of each size (None: max_kbps for all); not part of what the limits are
     stream: StreamConfig | None = field(default=None, compare=False)
+    # the most 16x16 macroblocks a frame may have: what the browser's decoder takes of the
+    # codec sent (VP8's `max-fs`; Firefox says 12288, under 4K's 32400); None: no such limit
+    max_macroblocks: int | None = None
+
+    def fit(self, resolution: Resolution) -> Resolution:
+        """`resolution`, or where its frame has more than `max_macroblocks` the largest size
+        of the same shape (even sides) that has no more."""
+        limit = self.max_macroblocks
+        if limit is None or macroblocks(resolution) <= limit:
+            return resolution
+
+        def shaped(width: int) -> Resolution:
+            height = _even(width * resolution.height / resolution.width)
+            return Resolution(max(MIN_WIDTH, width), max(MIN_HEIGHT, height))
+
+        # from the area's scale, then up while whole macroblocks still fit (the count rounds
+        # partial ones up), or down while they do not
+        width = _even(resolution.width * math.sqrt(limit / macroblocks(resolution)))
+        while width + 2 < resolution.width and macroblocks(shaped(width + 2)) <= limit:
+            width += 2
+        while width > MIN_WIDTH and macroblocks(shaped(width)) > limit:
+            width -= 2
+        return shaped(width)
 
     @classmethod
     def of(cls, stream: StreamConfig) -> QualityLimits:
@@ -59,6 +82,7 @@ class QualityLimits:
             width = _even(_clamp(request.width, MIN_WIDTH, self.max_resolution.width))
             height = _even(_clamp(request.height, MIN_HEIGHT, self.max_resolution.height))
             resolution = Resolution(width, height)
+        resolution = self.fit(resolution)
         fps = current.fps
         if request.fps is not None:
             fps = float(_clamp(request.fps, MIN_FPS, self.max_fps))
@@ -80,6 +104,11 @@ class QualityLimits:
             "maxWidth": self.max_resolution.width,
             "maxHeight": self.max_resolution.height,
         }
+
+
+def macroblocks(resolution: Resolution) -> int:
+    """16x16 macroblocks of a frame of `resolution` (a partial one counts whole)."""
+    return math.ceil(resolution.width / 16) * math.ceil(resolution.height / 16)
 
 
 def _clamp(value: float, lo: float, hi: float) -> float:

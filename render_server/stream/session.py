@@ -23,6 +23,7 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
 
+from render_server.encode.codecs import choose_codec
 from render_server.encode.protocol import EncodedPacket
 from render_server.logs import session_logger
 from render_server.metrics import Metrics
@@ -38,7 +39,11 @@ from render_server.stream.state import export_state
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.timing import watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
-from render_server.transport.video_sender import add_video_sender
+from render_server.transport.video_sender import (
+    add_video_sender,
+    decoder_limits,
+    offered_codecs,
+)
 
 # awaited with the reason once the session has ended, whatever ended it
 SessionEndCallback = Callable[[str], Awaitable[None]]
@@ -47,8 +52,8 @@ PIPELINE_FAILURE_WINDOW_S = 10.0
 
 
 class SessionNegotiationError(Exception):
-    """The offer cannot be answered (no H.264, no video section, unparseable SDP), or an ICE
-    candidate cannot be used."""
+    """The offer cannot be answered (no codec in common, no video section, unparseable SDP),
+    or an ICE candidate cannot be used."""
 
 
 class StreamSession:
@@ -70,6 +75,7 @@ class StreamSession:
         quality_limits: QualityLimits,
         idle_fps: float | None = None,
         playout_delay: str = "low",
+        codecs: Sequence[str] = ("H264",),
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -81,6 +87,7 @@ class StreamSession:
         self.idle_timeout_s = idle_timeout_s
         self.idle_fps = idle_fps
         self.playout_delay = playout_delay
+        self.codecs = tuple(codecs)  # what this session may be sent in, the worker's order
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers
@@ -155,6 +162,7 @@ class StreamSession:
         """Answer an offer; a later offer replaces the peer connection (a reload, a resume)."""
         if self._close_task is not None:
             raise SessionNegotiationError("the session is closing")
+        codec = await self._settle_codec(sdp)
         if self.pc is not None:
             await self._drop_peer()
             self.pipeline.keyframes.request()  # the new peer's decoder starts from scratch
@@ -175,7 +183,7 @@ class StreamSession:
         pc.on("datachannel", guard.sync("datachannel", self.input.attach))
         transceiver = add_video_sender(
             pc, track, self.playout_delay, self.pipeline.keyframes.request,
-            self._on_receiver_estimate,
+            self._on_receiver_estimate, codec,
         )  # fmt: skip
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -188,8 +196,34 @@ class StreamSession:
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())
-        self.log.info("session.answered", extra={"peer": self.peers})
+        self.log.info("session.answered", extra={"peer": self.peers, "codec": codec})
         return pc.localDescription.sdp
+
+    async def _settle_codec(self, sdp: str) -> str:
+        """The codec to send this offer's browser: the first it offers that this session may be
+        sent in, with the pipeline's encoder switched to it on the session's thread (between
+        frames); SessionNegotiationError, naming both sides' codecs, where there is none or its
+        encoder does not open."""
+        offered = offered_codecs(sdp)
+        codec = choose_codec(offered, self.codecs)
+        if codec is None:
+            if "m=video" not in sdp:
+                raise SessionNegotiationError(
+                    "the offer has no video section to receive the stream"
+                )
+            raise SessionNegotiationError(
+                f"no codec in common: the browser offers {', '.join(offered) or 'none we know'}"
+                f"; this worker sends {', '.join(self.codecs)}"
+            )
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.pipeline.set_codec, codec)
+        except Exception as exc:  # an encoder that does not open: libvpx missing, NVENC full
+            self.log.warning("session.codec_failed", extra={"codec": codec, "error": str(exc)})
+            raise SessionNegotiationError(f"the {codec} encoder did not open: {exc}") from exc
+        max_macroblocks, max_fps = decoder_limits(sdp, codec)
+        self.input.limit_codec(None if max_macroblocks is None else int(max_macroblocks), max_fps)
+        return codec
 
     async def add_ice_candidate(self, message: IceCandidate) -> None:
         if self.pc is None:
@@ -340,5 +374,5 @@ class StreamSession:
 def _negotiation_message(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     if "send parameters" in text:
-        return "the offer has no H.264 (packetization-mode 1, constrained baseline) to send"
+        return "the offer has no codec this worker sends"
     return f"the offer could not be applied: {text[:200]}"

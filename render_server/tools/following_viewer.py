@@ -19,9 +19,12 @@ import aiohttp
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from render_server.encode.codecs import CODECS
 from render_server.protocol.wire import PROTOCOL_VERSION
 from render_server.tools.signaling_client import json_object, signaling_url
+from render_server.transport.av1_codec import register_av1
 from render_server.transport.playout_delay import register_playout_delay
+from render_server.transport.video_sender import codec_preferences
 
 RESUME_AT_ONCE = (1001, 1012, 1013)  # a replica stopping on purpose: no backoff
 BACKOFF_S = 0.25
@@ -60,7 +63,9 @@ class FollowingViewer:
     # -- the page's life --------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Ask for a session (it may wait in the queue); frames follow when it is served."""
+        """Ask for a session (it may wait in the queue); frames follow when it is served, decoded
+        by aiortc in whichever codec the worker answers (AV1 too, with `register_av1`)."""
+        register_av1()
         register_playout_delay()
         self._http = aiohttp.ClientSession()
         self._runner = asyncio.get_running_loop().create_task(self._run())
@@ -200,7 +205,10 @@ class FollowingViewer:
     async def _negotiate(self, worker: str) -> None:
         await self._drop_peer()
         pc = RTCPeerConnection()
-        pc.addTransceiver("video", direction="recvonly")
+        transceiver = pc.addTransceiver("video", direction="recvonly")
+        # the SDK's order for a browser that decodes all three in software (aiortc's own
+        # would put VP8 first)
+        transceiver.setCodecPreferences([c for name in CODECS for c in codec_preferences(name)])
         channel = pc.createDataChannel("input")
         peer = Peer(pc, worker, channel)
         channel.on("message", lambda data: self._on_channel(peer, data))

@@ -27,6 +27,7 @@ from render_server.protocol.errors import ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.wire import PROTOCOL_VERSION
 from render_server.transport.playout_delay import register_playout_delay
+from render_server.transport.video_sender import codec_preferences
 
 
 class SignalingError(RuntimeError):
@@ -118,15 +119,20 @@ class SignalingClient:
         return RTCPeerConnection(RTCConfiguration(iceServers=ice))
 
     def viewer_peer(
-        self, on_message: Callable[[str | bytes], None], on_open: Callable[[], None]
+        self,
+        on_message: Callable[[str | bytes], None],
+        on_open: Callable[[], None],
+        codec: str = "H264",
     ) -> tuple[RTCPeerConnection, RTCRtpReceiver, RTCDataChannel]:
         """A peer connection as the page opens one, ready to `negotiate`: a recvonly video
-        transceiver, then the `input` data channel, whose messages go to `on_message`. Like
+        transceiver that offers `codec` only (as the SDK's `codecs` option does; aiortc would
+        put VP8 first), then the `input` data channel, whose messages go to `on_message`. Like
         Chromium it offers the playout-delay extension, so the worker sends what it would send
         a browser (the extension on every packet)."""
         register_playout_delay()
         pc = self.peer_connection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
+        transceiver.setCodecPreferences(codec_preferences(codec))
         channel = pc.createDataChannel("input")
         channel.on("open", on_open)
         channel.on("message", on_message)

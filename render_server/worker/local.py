@@ -15,9 +15,12 @@ from typing import Any
 from render_server.backends.choice import Backends
 from render_server.backends.gpu import explain_nvenc_failure
 from render_server.config import Resolution, StreamConfig
-from render_server.encode.nvenc import create_nvenc_encoder
+from render_server.encode.av1 import create_svtav1_encoder
+from render_server.encode.codecs import cpu_codecs, sendable
+from render_server.encode.nvenc import NVENC_NAMES, create_nvenc_encoder
 from render_server.encode.protocol import Encoder
 from render_server.encode.replay import ReplayEncoder, ReplayPictures, replay_clip
+from render_server.encode.vp8 import create_vp8_encoder
 from render_server.encode.x264 import create_x264_encoder
 from render_server.metrics import Metrics
 from render_server.protocol.signaling import IceServer
@@ -70,6 +73,14 @@ class LocalWorker:
         self._device_frames_opened = False  # NVENC has opened on frames in GPU memory here
 
     @property
+    def codecs(self) -> tuple[str, ...]:
+        """What this worker's sessions may be sent in, its preferred first: the codecs asked
+        for (`--codecs`) that an encoder here makes (a replayed clip is H.264 only)."""
+        if self.backends.encoder == "replay":
+            return sendable(self.stream.codecs, ("H264",))
+        return sendable(self.stream.codecs, (*self.backends.nvenc_codecs, *cpu_codecs()))
+
+    @property
     def capabilities(self) -> dict[str, Any]:
         gpu = self.backends.gpu
         return {
@@ -78,7 +89,7 @@ class LocalWorker:
             "encoders": sorted({self.backends.encoder, "x264"}),
             # frames from the CUDA renderer to NVENC without leaving GPU memory
             "gpu_frames": self.backends.device_frames,
-            "codecs": ["H264"],
+            "codecs": list(self.codecs),
             "gpu": gpu.name if gpu else None,
             "gpu_memory_mib": gpu.memory_mib if gpu else None,
             "resolution": str(self.stream.resolution),
@@ -155,6 +166,7 @@ class LocalWorker:
             # a replayed clip moves on every frame: it never stands still
             idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
             playout_delay=self.stream.playout_delay,
+            codecs=self.codecs,
         )
 
     def _pipeline(
@@ -162,26 +174,29 @@ class LocalWorker:
     ) -> FramePipeline:
         resolution = resolution or self.stream.resolution
         fps = fps or self.stream.fps
-        pictures, encoder = self.build_stages(resolution, fps, None)
+        # the worker's first codec until the browser's offer says which it takes
+        pictures, encoder = self.build_stages(resolution, fps, None, self.codecs[0])
         return FramePipeline(
             pictures, encoder, self.stream.keyframe_min_interval_s, factory=self.build_stages,
             fps=fps,
         )  # fmt: skip
 
     def build_stages(
-        self, resolution: Resolution, fps: float, scene: Scene | None
+        self, resolution: Resolution, fps: float, scene: Scene | None, codec: str = "H264"
     ) -> tuple[PictureSource, Encoder]:
-        """A picture source and an encoder of one size, for a session's scene (None: the
-        worker's)."""
+        """A picture source and an encoder of one size and codec, for a session's scene
+        (None: the worker's)."""
+        if codec not in self.codecs:
+            raise ValueError(f"this worker does not send {codec} (it sends {self.codecs})")
         if self.backends.encoder == "replay":
             bitrate = self.stream.bitrate_for(resolution, fps)
             clip = replay_clip(self.scene, resolution, fps, bitrate)
             return ReplayPictures(), ReplayEncoder(clip)
-        if self.backends.device_frames:
-            built = self._build_on_device(resolution, fps, scene)
+        if self.backends.device_frames and codec in self.backends.nvenc_codecs:
+            built = self._build_on_device(resolution, fps, scene, codec)
             if built is not None:
                 return built
-        encoder = self._encoder(resolution, fps)
+        encoder = self._encoder(resolution, fps, codec)
         try:
             return self._pictures(encoder.pix_fmt, resolution, scene), encoder
         except BaseException:
@@ -189,7 +204,7 @@ class LocalWorker:
             raise
 
     def _build_on_device(
-        self, resolution: Resolution, fps: float, scene: Scene | None
+        self, resolution: Resolution, fps: float, scene: Scene | None, codec: str = "H264"
     ) -> tuple[PictureSource, Encoder] | None:
         """CUDA pictures that stay in GPU memory and an NVENC encoder opened on one; None
         where NVENC does not open on them (the caller goes through host memory instead)."""
@@ -198,7 +213,7 @@ class LocalWorker:
         try:
             encoder = nvenc_on_device(
                 pictures, fps, stream.bitrate_for(resolution, fps), stream.nvenc_preset,
-                stream.intra_refresh,
+                stream.intra_refresh, codec=NVENC_NAMES[codec],
             )  # fmt: skip
         except Exception as exc:  # FFmpeg's CUDA device or NVENC refused: whatever the error
             if self._device_frames_opened:
@@ -230,14 +245,17 @@ class LocalWorker:
 
         return CudaPictures(make(device_scene(scene)), pix_fmt, make)
 
-    def _encoder(self, resolution: Resolution | None = None, fps: float | None = None) -> Encoder:
+    def _encoder(
+        self, resolution: Resolution | None = None, fps: float | None = None, codec: str = "H264"
+    ) -> Encoder:
         stream = self.stream
         resolution = resolution or stream.resolution
         fps = fps or stream.fps
-        if self.backends.encoder == "nvenc":
+        bitrate = stream.bitrate_for(resolution, fps)
+        if self.backends.encoder == "nvenc" and codec in self.backends.nvenc_codecs:
             try:
                 return create_nvenc_encoder(
-                    "h264", resolution, fps, stream.bitrate_for(resolution, fps),
+                    NVENC_NAMES[codec], resolution, fps, bitrate,
                     pix_fmt=self.backends.host_pix_fmt, preset=stream.nvenc_preset,
                     intra_refresh=stream.intra_refresh,
                 )  # fmt: skip
@@ -248,4 +266,8 @@ class LocalWorker:
                 # encodes on the CPU, the next one tries NVENC again
                 reason = explain_nvenc_failure([str(exc)])
                 log.warning("encoder.fallback", extra={"reason": reason})
-        return create_x264_encoder(resolution, fps, stream.bitrate_for(resolution, fps))
+        if codec == "VP8":
+            return create_vp8_encoder(resolution, fps, bitrate)
+        if codec == "AV1":
+            return create_svtav1_encoder(resolution, fps, bitrate)
+        return create_x264_encoder(resolution, fps, bitrate)

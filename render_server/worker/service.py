@@ -196,7 +196,9 @@ class WorkerService:
         res = stream.resolution
         session = self.sessions.get(sid)
         connected = session is not None and session.connected
-        return SessionOpened(sid, res.width, res.height, stream.fps, "H264", connected)
+        # before its offer, a session's codec is the worker's first choice; the answer settles it
+        codec = session.pipeline.codec if session is not None else self.worker.codecs[0]
+        return SessionOpened(sid, res.width, res.height, stream.fps, codec, connected)
 
     async def _offer(self, session: StreamSession, message: SessionOffer) -> None:
         try:

@@ -50,6 +50,9 @@ def check_requirements(requirements: Requirements) -> None:
         value = getattr(requirements, name)
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{name} must be a string or absent, not {value!r}")
+    codecs = requirements.codecs
+    if not isinstance(codecs, tuple) or not all(isinstance(c, str) for c in codecs):
+        raise ValueError(f"codecs must be a tuple of strings, not {codecs!r}")
     res = requirements.resolution
     if res is not None and not (isinstance(res, str) and _RESOLUTION.fullmatch(res)):
         raise ValueError(f"resolution must be WIDTHxHEIGHT (digits), not {res!r}")

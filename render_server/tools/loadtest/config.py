@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from render_server.config import MAX_FPS, ConfigError, Resolution
+from render_server.encode.codecs import CODECS
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
@@ -30,8 +31,11 @@ class LoadTestConfig:
     setup_timeout_s: float = 30.0  # request → first frame, else the stream failed
     min_fps: float | None = None
     max_p95_ms: float | None = None
+    codec: str = "H264"  # the one codec each stream's offer holds
 
     def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         if not self.server.startswith(("http://", "https://")):
             raise ConfigError(f"--server must be an http(s):// URL, not {self.server!r}")
         if not 1 <= self.streams <= MAX_STREAMS:

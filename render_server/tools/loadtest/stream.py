@@ -26,13 +26,9 @@ from render_server.protocol.timing import now_ms  # one clock for all the runner
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
-from render_server.tools.measure.frames import (
-    FrameAssembler,
-    FrameDecoder,
-    ObservedFrame,
-    h264_keyframe_nal,
-)
+from render_server.tools.measure.frames import FrameAssembler, FrameDecoder, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.av1_codec import register_av1
 from render_server.transport.receiver_hook import observe_receiver
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
@@ -45,8 +41,9 @@ MAX_WORKER_ERRORS = 20  # error messages kept, from the signaling and the data c
 
 class SamplingAssembler(FrameAssembler):
     """A `FrameAssembler` that keeps payload bytes only for the frames it samples: a keyframe
-    once at least `every` frames have closed since the last sample. Depayloading every frame
-    would cost the harness more than receiving it."""
+    once at least `every` frames have closed since the last sample, told by its first packet
+    in the stream's payload format. Depayloading every frame would cost the harness more than
+    receiving it."""
 
     def __init__(self, on_frame: Callable[[ObservedFrame, bytes], None], every: int) -> None:
         super().__init__(self._counted, keep_payload=False)
@@ -63,7 +60,7 @@ class SamplingAssembler(FrameAssembler):
     def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
         if timestamp != self._last_timestamp:  # (likely) a frame's first packet
             self._last_timestamp = timestamp
-            self.keep_payload = self.since_sample >= self.every and h264_keyframe_nal(payload)
+            self.keep_payload = self.since_sample >= self.every and self.format.keyframe(payload)
         super().add(seq, timestamp, marker, payload, arrival_ms)
 
 
@@ -135,6 +132,7 @@ class StreamProbe:
             self.assembler: FrameAssembler = SamplingAssembler(self._on_frame, config.decode_every)
         else:
             self.assembler = FrameAssembler(self._on_frame)
+        self.assembler.set_codec(config.codec)  # until the first packet says which came
         self.pc: RTCPeerConnection | None = None
         self.signaling = SignalingClient(config.server, config.token, on_message=self._on_signal)
         self._watcher: asyncio.Task[None] | None = None
@@ -195,11 +193,12 @@ class StreamProbe:
         self.result.worker_id = info.get("workerId")
         self.result.state = "negotiating"
 
+        register_av1()  # aiortc itself knows VP8 and H.264 only
         self.pc, receiver, self._channel = signaling.viewer_peer(
-            self._on_message, self._on_channel_open
+            self._on_message, self._on_channel_open, codec=self.config.codec
         )
         self.pc.on("connectionstatechange", self._on_connection_state)
-        observe_receiver(receiver, self.assembler.add)
+        observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
         try:
             await signaling.negotiate(self.pc, timeout=None)

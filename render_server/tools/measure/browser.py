@@ -66,10 +66,12 @@ def measure_in_chromium(
     after_drag: str | None = None,
     summary_script: str = "window.renderStream.latency()",
     first_moves: int = 20,
+    codec: str | None = None,
 ) -> dict[str, Any]:
     """Open the page at `url` in headless Chromium, drag for `seconds`, then make
     `first_moves` short drags after stillness; return the page's `renderStream.latency()`
-    summary. Blocking: call it off the event loop.
+    summary, with `codec`: the codec the stream arrived in. `codec` asks for one (the page's
+    `?codec=`; default: the SDK's choice). Blocking: call it off the event loop.
 
     A benchmark's hooks, each a script the page evaluates (Playwright's `page.evaluate`):
     `before_drag` once the page streams and its clocks are aligned, `after_drag` as soon as
@@ -78,7 +80,8 @@ def measure_in_chromium(
     """
     sync_playwright = _sync_playwright()
     executable = find_chromium()
-    target = url.rstrip("/") + "/" + (f"#token={token}" if token else "")
+    query = f"?codec={codec}" if codec else ""
+    target = url.rstrip("/") + "/" + query + (f"#token={token}" if token else "")
     width, height = viewport
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -103,6 +106,8 @@ def measure_in_chromium(
                 page.evaluate("window.renderStream.firstMoveMeter.reset()")
                 first_move_drags(page, first_moves, width, height)
             summary: dict[str, Any] = page.evaluate(summary_script)
+            if isinstance(summary, dict):
+                summary["codec"] = page.evaluate("window.renderStream.session?.codec || ''")
         finally:
             browser.close()
     if not summary.get("frames"):

@@ -25,6 +25,7 @@ from render_server.tools.measure.frames import (
 )
 from render_server.tools.measure.latency import LatencyMatcher
 from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.av1_codec import register_av1
 from render_server.transport.receiver_hook import observe_receiver
 
 
@@ -36,9 +37,11 @@ __all__ = ["LatencyClient", "MeasureError", "measure_latency"]
 
 
 class LatencyClient:
-    """Measures one session. `decode`: which frames a `FrameDecoder` decodes ("none",
-    "keyframes", "all"); aiortc's own decoder never runs. `input_rate`: numbered pointer moves
-    per second; the drag turns back every `swing` seconds so the camera keeps moving."""
+    """Measures one session. `codec`: the one video codec offered (H264, VP8, AV1); frames are
+    read in whichever the answer names. `decode`: which frames a `FrameDecoder` decodes
+    ("none", "keyframes", "all"); aiortc's own decoder never runs. `input_rate`: numbered
+    pointer moves per second; the drag turns back every `swing` seconds so the camera keeps
+    moving."""
 
     def __init__(
         self,
@@ -48,14 +51,18 @@ class LatencyClient:
         input_rate: float = 20.0,
         ping_interval: float = 1.0,
         swing: float = 1.0,
+        codec: str = "H264",
     ) -> None:
         self.signaling = SignalingClient(url, token)
+        self.codec = codec
         self.input_rate = input_rate
         self.ping_interval = ping_interval
         self.swing = swing
         self.matcher = LatencyMatcher()
         self.decoder = FrameDecoder(decode) if decode != "none" else None
-        self.assembler = FrameAssembler(self._on_frame, keep_payload=self.decoder is not None)
+        self.assembler = FrameAssembler(
+            self._on_frame, keep_payload=self.decoder is not None, codec=codec
+        )
         self.errors = self.signaling.errors  # the server's and the worker's error messages
         self.session_info: dict[str, Any] = {}
         self.pc: RTCPeerConnection | None = None
@@ -67,12 +74,13 @@ class LatencyClient:
 
     async def start(self, timeout: float = 20.0) -> None:
         """Open a session, negotiate, and wait for the channel and the first frame."""
+        register_av1()  # aiortc itself knows VP8 and H.264 only
         try:
             self.session_info = await self.signaling.start(timeout)
             self.pc, receiver, self.channel = self.signaling.viewer_peer(
-                self._on_message, self._channel_open.set
+                self._on_message, self._channel_open.set, codec=self.codec
             )
-            observe_receiver(receiver, self.assembler.add)
+            observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
             await self.signaling.negotiate(self.pc, timeout)
         except SignalingError as exc:
             raise MeasureError(str(exc)) from None
@@ -98,10 +106,12 @@ class LatencyClient:
             raise MeasureError("the worker sent no timing record")
         report = self.matcher.report()
         stats = self.assembler.stats
+        report["codec"] = self.assembler.format.codec
         report["packets"] = {
             "received": stats.packets,
             "duplicates": stats.duplicates,
             "late": stats.late,
+            "malformed_frames": stats.malformed,  # complete, but not in the codec's format
         }
         if self.decoder is not None:
             report["decode"] = {"mode": self.decoder.mode, **self.decoder.stats.as_dict()}
@@ -173,8 +183,13 @@ class LatencyClient:
 
 
 async def measure_latency(
-    url: str, seconds: float = 10.0, token: str | None = None, decode: DecodeMode = "keyframes"
+    url: str,
+    seconds: float = 10.0,
+    token: str | None = None,
+    decode: DecodeMode = "keyframes",
+    codec: str = "H264",
 ) -> dict[str, Any]:
-    """Open a session on `url`, measure for `seconds`, close it; the report."""
-    async with LatencyClient(url, token, decode) as client:
+    """Open a session on `url` that asks for `codec`, measure for `seconds`, close it; the
+    report (its `codec`: the one that came)."""
+    async with LatencyClient(url, token, decode, codec=codec) as client:
         return await client.measure(seconds)

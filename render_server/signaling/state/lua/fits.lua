@@ -22,6 +22,17 @@ local function fits(req, info)
     end
     if not found then return false end
   end
+  if type(req.codecs) == 'table' and #req.codecs > 0 then
+    local sends = {}
+    if type(caps.codecs) == 'table' then
+      for _, codec in ipairs(caps.codecs) do sends[codec] = true end
+    end
+    local any = false
+    for _, codec in ipairs(req.codecs) do
+      if sends[codec] then any = true break end
+    end
+    if not any then return false end
+  end
   if not is_null(req.resolution) then
     local want_w, want_h = string.match(req.resolution, '^(%d+)[xX](%d+)$')
     local have = caps.resolution
