@@ -6,7 +6,8 @@ user.js names, and PyPI's `marionette-driver` speaks that protocol. `launch_fire
 and always ends it (quit, killed if it does not exit in time) and removes its profile; `Firefox`
 is what a test needs of it: navigate, evaluate a script (its result, promises awaited, comes back
 as JSON values), wait, and drag a real mouse (WebDriver actions, which Firefox turns into trusted
-pointer and mouse events in the page, as it does for the OS's input).
+pointer and mouse events in the page, as it does for the OS's input); and, for a stream, count the
+frames a <video> shows and read its picture.
 
 The profile keeps Firefox's stock preferences but for the few in PREFS, which only keep an
 automated browser on a closed network from opening first-run pages or reaching out (each says
@@ -157,6 +158,53 @@ class Firefox:
         """The value of a JavaScript expression in the page (a promise awaited), as Playwright's
         `page.evaluate("...")` gives it."""
         return self.execute(f"return ({expression});")
+
+    def execute_async(self, body: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """`execute` for a script that awaits: `body` runs as an async function's body (a plain
+        one is a syntax error at its first `await`), with the same `arguments`."""
+        return self.execute(
+            f"return (async function () {{\n{body}\n}}).apply(this, arguments);",
+            *args,
+            timeout_s=timeout_s,
+        )
+
+    def presented_frames(self, video: str, ms: float) -> int:
+        """How many frames the <video> that the JavaScript expression `video` gives showed in
+        the next `ms`, counted by requestVideoFrameCallback. Firefox's
+        getVideoPlaybackQuality() is no use for this: for a MediaStream (WebRTC) source its
+        totalVideoFrames stays 0 however many frames play."""
+        return int(
+            self.execute_async(
+                f"""const video = {video};
+                let frames = 0;
+                let counting = true;
+                const count = () => {{
+                  frames += 1;
+                  if (counting) video.requestVideoFrameCallback(count);
+                }};
+                video.requestVideoFrameCallback(count);
+                await new Promise((resolve) => setTimeout(resolve, {float(ms)}));
+                counting = false;
+                return frames;""",
+                timeout_s=ms / 1000 + 30,
+            )
+        )
+
+    def grab_video(self, video: str, width: int = 160, height: int = 90) -> list[int]:
+        """The current frame of the <video> that the JavaScript expression `video` gives, drawn
+        to a `width` x `height` canvas: its RGBA bytes, row by row (the video may be in a
+        same-origin frame: the canvas is the top page's, and stays readable)."""
+        return list(
+            self.execute(
+                f"""const video = {video};
+                const canvas = document.createElement('canvas');
+                canvas.width = {int(width)};
+                canvas.height = {int(height)};
+                const context = canvas.getContext('2d', {{ willReadFrequently: true }});
+                context.drawImage(video, 0, 0, canvas.width, canvas.height);
+                return Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);"""
+            )
+        )
 
     def wait(self, ms: float) -> None:
         """Let the page run for `ms` without input (as Playwright's `wait_for_timeout`)."""

@@ -9,7 +9,9 @@ const stage = $('stage');
 // a token, where the server asks for one, comes in the URL's fragment (#token=...): the
 // fragment never leaves the browser, so it lands in no server log
 const fragment = new URLSearchParams(location.hash.slice(1));
-const stream = new RenderStream(stage, { token: fragment.get('token') });
+// ?codec=VP8 (or VP8,AV1): the codecs the stream may arrive in, best first; default: the SDK's
+const codecs = (new URLSearchParams(location.search).get('codec') || '').split(',').filter(Boolean);
+const stream = new RenderStream(stage, { token: fragment.get('token'), codecs: codecs.length ? codecs : null });
 window.renderStream = stream;  // for tests and the browser console
 
 // while streaming, the status line says only how to release a captured mouse
@@ -136,4 +138,6 @@ $('fullscreen').addEventListener('click', () => {
 });
 
 stream.start().then(() => stage.focus(), (error) => console.warn('render-server: cannot stream:', error.message));
-window.addEventListener('pagehide', () => stream.close('page_closed'));
+// the session ends with the page, its slot freed at once: Firefox closes the page's sockets
+// after beforeunload and before pagehide, so a session.end sent from pagehide never leaves
+for (const type of ['beforeunload', 'pagehide']) window.addEventListener(type, () => stream.close('page_closed'));

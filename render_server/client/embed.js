@@ -27,8 +27,10 @@ function post(message) {
 
 function connect({ token = fragment.get('token'), quality = params.get('quality') } = {}) {
   if (embed.stream) return;
+  const codecs = (params.get('codec') || '').split(',').filter(Boolean);
   const stream = new RenderStream(stage, {
     token, quality: quality || null, pointerLock: params.get('pointerLock') === '1',
+    codecs: codecs.length ? codecs : null,
   });
   embed.stream = stream;
   window.renderStream = stream;
@@ -100,4 +102,6 @@ if (window.parent === window) {
   if (fragment.has('token') || params.get('connect') === '1') connect();
   post({ type: 'ready' });
 }
-window.addEventListener('pagehide', () => embed.stream?.close('page_closed'));
+// the session ends with the page, its slot freed at once: Firefox closes the page's sockets
+// after beforeunload and before pagehide, so a session.end sent from pagehide never leaves
+for (const type of ['beforeunload', 'pagehide']) window.addEventListener(type, () => embed.stream?.close('page_closed'));
