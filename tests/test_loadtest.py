@@ -68,6 +68,38 @@ def test_a_short_run_agrees_with_the_worker_metrics(tmp_path: Path, processes: i
     assert report["verdict"] == {"passed": True, "line": "PASS", "reasons": []}
 
 
+@pytest.mark.parametrize("codec", ["VP8", "AV1"])
+def test_a_run_in_vp8_or_av1_counts_and_decodes_that_codec(tmp_path: Path, codec: str) -> None:
+    """The harness receives any codec: frames closed on the marker bit, keyframes told by the
+    codec's payload format, sampled ones decoded (libvpx, SVT-AV1 on the worker)."""
+    serve = ("--renderer", "cpu", "--resolution", "320x240", "--fps", "30", "--animate")
+    with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
+        done = _loadtest(
+            "--server", url, "--streams", "2", "--resolution", "320x240", "--fps", "30",
+            "--duration", "4", "--ramp", "0.5", "--codec", codec.lower(), "--decode-every", "30",
+            "--report", str(tmp_path / "report"), "--json",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["config"]["codec"] == codec
+    for s in report["streams"]:
+        assert s["state"] == "closed" and s["frames"] > 60 and s["keyframes"] >= 1, s
+        assert s["decode_ok"] and s["decode"]["decoded"] >= 1 and s["decode"]["errors"] == 0
+    assert report["verdict"]["passed"]
+
+
+def test_a_codec_the_worker_does_not_send_fails_each_stream_naming_both(tmp_path: Path) -> None:
+    with serve_process(*SERVE, log_path=tmp_path / "serve.log") as url:  # replay: H.264 only
+        done = _loadtest(
+            "--server", url, "--streams", "1", "--resolution", "320x240", "--duration", "2",
+            "--ramp", "0", "--codec", "VP8", "--report", str(tmp_path / "report"), "--json",
+        )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (stream,) = json.loads(done.stdout)["streams"]
+    assert stream["state"] == "failed"
+    assert "the browser offers VP8; this worker sends H264" in stream["reason"], stream["reason"]
+
+
 def test_a_stream_the_worker_stops_is_a_failure_with_its_reason(tmp_path: Path) -> None:
     with serve_process(*SERVE, log_path=tmp_path / "serve.log") as url:
         config = LoadTestConfig(

@@ -57,7 +57,11 @@ def run_latency(args: argparse.Namespace) -> int:
                 codec=args.codec,
             )  # fmt: skip
         else:
-            report = asyncio.run(measure_latency(args.url, args.seconds, args.token, args.decode))
+            report = asyncio.run(
+                measure_latency(
+                    args.url, args.seconds, args.token, args.decode, codec=args.codec or "H264"
+                )
+            )
     except (MeasureError, OSError, TimeoutError) as exc:
         print(f"render-server latency: {exc or type(exc).__name__}", file=sys.stderr)
         return 1

@@ -68,10 +68,13 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
     decode = result.decode
     decode_ok = None
     if decode is not None:
+        # every keyframe decoded is of the size asked for, or of the size the session
+        # started at (the first keyframe may come before the request is applied)
+        sizes = {expected_size, result.started_size or expected_size}
         decode_ok = (
             decode["decoded"] > 0
             and decode["errors"] == 0
-            and set(decode["sizes"]) <= {expected_size}
+            and set(decode["sizes"]) <= sizes
         )
     return {
         "index": result.index,

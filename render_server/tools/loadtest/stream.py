@@ -81,6 +81,9 @@ class StreamResult:
     queued_position: int | None = None
     quality_requested: dict[str, Any] = field(default_factory=dict)
     quality_applied: dict[str, Any] | None = None
+    # the size the session started at (session.started), before our quality request applied:
+    # its first keyframe may be of that size
+    started_size: str | None = None
     frames: int = 0
     bytes: int = 0  # RTP payload bytes of the frames assembled
     keyframes: int = 0
@@ -191,6 +194,9 @@ class StreamProbe:
         self._watcher = asyncio.create_task(self._watch_socket())
         self.result.session_id = info.get("sessionId")
         self.result.worker_id = info.get("workerId")
+        width, height = info.get("width"), info.get("height")
+        if isinstance(width, int) and isinstance(height, int):
+            self.result.started_size = f"{width}x{height}"
         self.result.state = "negotiating"
 
         register_av1()  # aiortc itself knows VP8 and H.264 only
