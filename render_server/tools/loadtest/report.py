@@ -72,9 +72,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         # started at (the first keyframe may come before the request is applied)
         sizes = {expected_size, result.started_size or expected_size}
         decode_ok = (
-            decode["decoded"] > 0
-            and decode["errors"] == 0
-            and set(decode["sizes"]) <= sizes
+            decode["decoded"] > 0 and decode["errors"] == 0 and set(decode["sizes"]) <= sizes
         )
     return {
         "index": result.index,
