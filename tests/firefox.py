@@ -229,6 +229,22 @@ class Firefox:
             actions.pointer_move(round(x), round(y))
         actions.pointer_up().perform()
 
+    def drag_over_time(
+        self, start: tuple[float, float], path: Sequence[tuple[float, float]], leg_ms: int
+    ) -> None:
+        """Left-button drag as a hand makes it: to `start` with the button up, press, then to
+        each point of `path` in turn over `leg_ms` each, release. One WebDriver action
+        sequence; a `pointer_move` with a duration is a continuous motion, not a jump:
+        Marionette moves the pointer along the line every 17 ms ("common vsync", its
+        `moveOverTime`), each step a trusted pointermove, so the page sees ~60 moves a second
+        for as long as the drag lasts (fewer where the content process is too busy to take
+        them that fast). `perform` returns when the button is up."""
+        actions = self.marionette.actions.sequence("pointer", "mouse", {"pointerType": "mouse"})
+        actions.pointer_move(round(start[0]), round(start[1])).pointer_down()
+        for x, y in path:
+            actions.pointer_move(round(x), round(y), duration=max(0, int(leg_ms)))
+        actions.pointer_up().perform()
+
 
 @contextlib.contextmanager
 def launch_firefox(

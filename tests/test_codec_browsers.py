@@ -12,7 +12,7 @@ import pytest
 
 from render_server.tools.measure.browser import measure_in_chromium
 
-from .browser import serve_process
+from .browser import CHROMIUM_ARGS, chromium_path, serve_process
 
 pytestmark = pytest.mark.browser
 
@@ -54,3 +54,28 @@ def test_vp8_and_av1_keep_near_h264_latency(reports: dict[str, dict[str, Any]], 
     ours, h264 = reports[codec]["inputToPhoton"]["p50"], reports["H264"]["inputToPhoton"]["p50"]
     print(f"input-to-photon p50: {codec} {ours:.1f} ms, H264 {h264:.1f} ms")
     assert ours <= 1.5 * h264 + 10.0, f"{codec} {ours:.1f} ms against H.264's {h264:.1f} ms"
+
+
+def test_a_page_whose_codecs_no_worker_sends_says_so(tmp_path: Path) -> None:
+    """The page asks for VP8 or AV1 only, the worker sends H.264 only: signaling refuses the
+    session at once and the page's status line names the codecs on each side."""
+    from playwright.sync_api import sync_playwright
+
+    with (
+        serve_process(
+            "--resolution", "320x180", "--codecs", "H264", log_path=tmp_path / "s.log"
+        ) as url,
+        sync_playwright() as p,
+    ):
+        browser = p.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_page()
+            page.goto(url + "/?codec=VP8,AV1")
+            page.wait_for_selector("body[data-state='error']", state="attached", timeout=20_000)
+            status = page.text_content("#status") or ""
+        finally:
+            browser.close()
+    assert "no_capacity" in status, status
+    assert "the browser takes VP8, AV1; the workers send H264" in status, status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fractions
 import logging
 import time
@@ -168,6 +169,7 @@ class PyavVideoEncoder:
         if time.monotonic() - self._opened_at < RETARGET_INTERVAL_S:
             return False
         target, self._reopen_at = self._reopen_at, None
+        self._end(self._ctx)
         self._ctx = open_codec_context(
             self.codec_name, self.width, self.height, self._fps, target, self._options,
             self.pix_fmt, self._gop_size, self._vbv_frames, None, self._constant_rate,
@@ -209,5 +211,14 @@ class PyavVideoEncoder:
         return packet
 
     def close(self) -> None:
-        """Release the codec; PyAV frees it once the context is unreferenced."""
-        self._ctx = None
+        """Release the codec; PyAV frees it once the context is unreferenced. SVT-AV1 is told
+        the stream ended first (an end-of-stream flush; a real-time encoder holds no frame),
+        or it logs an error as it is freed."""
+        ctx, self._ctx = self._ctx, None
+        if ctx is not None:
+            self._end(ctx)
+
+    def _end(self, ctx: av.VideoCodecContext) -> None:
+        if self.codec_name == "libsvtav1":
+            with contextlib.suppress(av.error.FFmpegError):
+                ctx.encode(None)

@@ -125,6 +125,7 @@ class FramePipeline:
         self._swap(*self.factory(resolution, self.fps, self._scene, codec), self.fps)
         with self._lock:
             self._bitrate_changed = True  # the estimate and cap apply to the new encoder too
+        self.keyframes.request()  # its first frame is one: counted as such
 
     def request_rebuild(self) -> None:
         """A frame failed (an encoder error, a CUDA error): build the picture source and the

@@ -162,10 +162,11 @@ class StreamSession:
         """Answer an offer; a later offer replaces the peer connection (a reload, a resume)."""
         if self._close_task is not None:
             raise SessionNegotiationError("the session is closing")
-        codec = await self._settle_codec(sdp)
         if self.pc is not None:
             await self._drop_peer()
             self.pipeline.keyframes.request()  # the new peer's decoder starts from scratch
+        # after the old peer is gone: its track must not pack frames of another codec
+        codec = await self._settle_codec(sdp)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
         track = EncodedVideoTrack(
             self.pipeline, self.fps, self.input.camera_for_frame, self._executor,
