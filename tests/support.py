@@ -10,7 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 import aiohttp
+import av
 from aiohttp.test_utils import TestServer
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from render_server.protocol.timing import TimingRecord
 from render_server.tools.measure.frames import ObservedFrame
@@ -101,6 +103,24 @@ async def eventually_async(
         if late:
             raise _timed_out(timeout, what, predicate)
         await asyncio.sleep(every)
+
+
+class PacketTrack(MediaStreamTrack):
+    """Hands aiortc pre-encoded packets (pts and time base set) at 30 fps, then ends: the
+    sender's pre-encoded path only packetizes them."""
+
+    kind = "video"
+
+    def __init__(self, packets: list[av.Packet[Any]]) -> None:
+        super().__init__()
+        self.packets = list(packets)
+
+    async def recv(self) -> av.Packet[Any]:  # type: ignore[override]
+        await asyncio.sleep(1 / 30)
+        if not self.packets:
+            self.stop()
+            raise MediaStreamError
+        return self.packets.pop(0)
 
 
 # -- measurement records ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 from render_server.transport.av1_codec import Av1Decoder, register_av1, split_payloads
 from render_server.transport.av1_rtp import packetize_av1
 
+from .support import PacketTrack
 from .test_av1_rtp import encode_av1
 
 register_av1()
@@ -29,23 +30,6 @@ WIDTH, HEIGHT = 320, 240
 def av1_preferences() -> list[RTCRtpCodecCapability]:
     codecs = RTCRtpSender.getCapabilities("video").codecs
     return [c for c in codecs if c.mimeType.lower() in ("video/av1", "video/rtx")]
-
-
-class PacketTrack(MediaStreamTrack):
-    """Hands aiortc pre-encoded packets at 30 fps, then ends."""
-
-    kind = "video"
-
-    def __init__(self, packets: list[av.Packet[Any]]) -> None:
-        super().__init__()
-        self.packets = list(packets)
-
-    async def recv(self) -> av.Packet[Any]:  # type: ignore[override]
-        await asyncio.sleep(1 / 30)
-        if not self.packets:
-            self.stop()
-            raise MediaStreamError
-        return self.packets.pop(0)
 
 
 def video_formats(sdp: str) -> list[str]:

@@ -29,6 +29,7 @@ import pytest
 
 from tests.browser import ROOT, serve_process
 from tests.firefox import Firefox, launch_firefox
+from tests.support import eventually
 
 WIDTH, HEIGHT = 640, 360  # what the server streams: small, to leave the two cores some room
 VIEWPORT = (960, 540)
@@ -112,18 +113,10 @@ def browser(firefox: Firefox, server_url: str) -> Iterator[Firefox]:
     yield firefox
     end_streams(firefox)
     firefox.navigate("about:blank")
-    wait_until(lambda: busy_slots(server_url) == 0, 10, "the worker's slots to be free")
+    eventually(lambda: busy_slots(server_url) == 0, 10, what="the worker's slots to be free")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def busy_slots(server_url: str) -> int:
@@ -142,7 +135,8 @@ def open_stream(firefox: Firefox, url: str) -> None:
     """Load `url` and wait until its stream plays (the SDK's `streaming`: a first frame shown)."""
     firefox.navigate(url)
     try:
-        wait_until(lambda: stream_state(firefox) == "streaming", STREAMING_TIMEOUT_S, "streaming")
+        streaming = lambda: stream_state(firefox) == "streaming"  # noqa: E731
+        eventually(streaming, STREAMING_TIMEOUT_S, what="streaming")
     except AssertionError as error:
         raise AssertionError(f"{url}: {error}; the stream is {stream_state(firefox)!r}") from None
 
@@ -226,10 +220,10 @@ def test_designer_plays_vp8_and_a_drag_turns_the_camera(
     stats = assert_plays(browser, "VP8")
     assert (stats["width"], stats["height"]) == (WIDTH, HEIGHT)
     # the stats panel names the codec (it fills in from the SDK's first `stats` event)
-    wait_until(
+    eventually(
         lambda: browser.evaluate("document.getElementById('stat-codec').textContent") != "–",
         5,
-        "the stats panel",
+        what="the stats panel",
     )
     assert browser.evaluate("document.getElementById('stat-codec').textContent") == "VP8"
     assert browser.evaluate("document.getElementById('stat-resolution').textContent") == (
@@ -283,10 +277,10 @@ def test_h264_enabled_by_prefs_is_offered_and_picked(server_url: str, firefox: F
         assert h264.evaluate("window.renderStream.codecs")[0] == "H264"
         stats = assert_plays(h264, "H264")
         assert (stats["width"], stats["height"]) == (WIDTH, HEIGHT)
-        wait_until(
+        eventually(
             lambda: h264.evaluate("document.getElementById('stat-codec').textContent") != "–",
             5,
-            "the stats panel",
+            what="the stats panel",
         )
         assert h264.evaluate("document.getElementById('stat-codec').textContent") == "H264"
         assert_drag_turns_the_camera(h264)
@@ -305,4 +299,4 @@ def test_leaving_the_page_ends_its_session_at_once(firefox: Firefox, server_url:
     open_stream(firefox, server_url + "/")
     assert busy_slots(server_url) == 1
     firefox.navigate("about:blank")
-    wait_until(lambda: busy_slots(server_url) == 0, 5, "the slot to be freed")
+    eventually(lambda: busy_slots(server_url) == 0, 5, what="the slot to be freed")

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from aiortc import RTCPeerConnection, RTCRtpSender
 from aiortc.codecs.vpx import Vp8Encoder, VpxPayloadDescriptor
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from render_server.tools.loadtest.stream import SamplingAssembler
 from render_server.tools.measure.frames import (
@@ -27,6 +26,7 @@ from render_server.transport.av1_codec import register_av1
 from render_server.transport.av1_rtp import packetize_av1
 from render_server.transport.receiver_hook import observe_receiver
 
+from .support import PacketTrack
 from .test_av1_rtp import encode_av1
 
 WIDTH, HEIGHT = 320, 240
@@ -185,21 +185,6 @@ def test_unknown_codecs_are_counted_never_keyframes_nor_decoded() -> None:
 
 
 # -- through a real aiortc receiver ----------------------------------------------------------------
-
-
-class PacketTrack(MediaStreamTrack):
-    kind = "video"
-
-    def __init__(self, packets: list[av.Packet[Any]]) -> None:
-        super().__init__()
-        self.packets = list(packets)
-
-    async def recv(self) -> av.Packet[Any]:  # type: ignore[override]
-        await asyncio.sleep(1 / 30)
-        if not self.packets:
-            self.stop()
-            raise MediaStreamError
-        return self.packets.pop(0)
 
 
 @pytest.mark.parametrize("codec", ["VP8", "AV1"])
