@@ -18,32 +18,44 @@ drag is Playwright's (`drag`, `first_move_drags`); Firefox's is a real WebDriver
 (`Firefox.drag_over_time`): each sweep one `pointerMove` with a duration, which Marionette
 plays as a pointermove every 17 ms, a continuous ~60 Hz motion. Around the window the script
 also counts, in the page, the frames `requestVideoFrameCallback` reports (`shown`, in both
-browsers: the meter's own count needs the metadata below), the steering pointer events the SDK
-listens to (`in/s`), keeps the callbacks' metadata and the receiver's getStats() at both ends;
-in Firefox it reads the worker's camera before and after the drag (it must have turned).
+browsers: the meter counts only frames with `rtpTimestamp` and `receiveTime`), the steering
+pointer events the SDK listens to (`in/s`), keeps the callbacks' metadata and the receiver's
+getStats() at both ends; in Firefox it reads the worker's camera before and after the drag (it
+must have turned).
 
 The baseline is Chromium, measured on the same server in the same run: the ratios are
 Firefox / Chromium for input-to-photon p50 and first-move p50.
 
-What Firefox's figures can and cannot be (checked by this script, printed under the table):
+Firefox comes first: where it cannot start (one line, exit status 2), gets another codec or
+does not steer, the run stops before Chromium's turn. Its drag must turn the worker's camera
+and give the SDK's meter input-to-photon samples.
 
-- firefox-esr 153's requestVideoFrameCallback metadata has no `receiveTime`, `rtpTimestamp`
-  or `captureTime` for a WebRTC video (Gecko's HTMLVideoElement::WillFireVideoFrameCallbacks
-  fills width, height, mediaTime, presentedFrames and processingDuration only). The SDK's
-  LatencyMeter ignores a frame without `rtpTimestamp` and `receiveTime` (it cannot find its
-  timing record, keyed by RTP timestamp), so in Firefox it matches no frame at all: no
-  glass-to-glass, no input-to-photon, no stage; those columns show "-". The pixel meter needs
-  none of it, so first move is the one figure both browsers give. (Were the fields there, the
-  script would require input-to-photon samples from Firefox; without them it checks the drag by
-  the worker's camera yaw and by the first moves' changed pixels instead.)
-- Firefox's `presentationTime` is the refresh tick's time (the callback's `now`), not when the
-  frame was handed to the compositor as in Chromium, and `expectedDisplayTime` is the next
-  tick, or equal to `presentationTime` when the frame was already composited; so even with an
-  RTP timestamp, the meter's jitterBuffer (presentationTime − receiveTime − decode) would hold
-  Firefox's wait for the refresh tick, and its display stage could be 0.
-- getStats(): see the `stats` lines: jitterBufferDelay / jitterBufferEmittedCount and
-  totalDecodeTime / framesDecoded over the window, where the browser has them (means, not
-  p50s: an independent look at the two stages the meter cannot give in Firefox).
+What sets Firefox's figures apart (firefox-esr 153; the probe checks each on every run and
+prints it under the table, with a note where it changes how a figure reads):
+
+- requestVideoFrameCallback: Firefox gives `receiveTime`, `rtpTimestamp` and
+  `processingDuration` for a WebRTC frame as Chromium does (no `captureTime` in either: the
+  worker sends no abs-capture-time), so the SDK's LatencyMeter matches its frames with their
+  records and every stage is there. But its `expectedDisplayTime` equals `presentationTime`
+  equals the callback's `now` on every frame (Gecko reports a frame already composited at the
+  refresh tick that runs the callback): Firefox's display stage is 0, and its glass-to-glass
+  and input-to-photon end at that tick, where Chromium's end at its estimate of the next
+  refresh. Chromium's `presentationTime` comes ~10 ms after `receiveTime`, Firefox's ~3 ms:
+  the meter's jitterBuffer stage (presentationTime − receiveTime − decode) is each browser's
+  way to its compositor rather than its jitter buffer; getStats' jitterBufferDelay /
+  jitterBufferEmittedCount (both browsers have them, and totalDecodeTime, framesDecoded) is
+  printed beside it.
+- `mediaTime` is 0 on every WebRTC frame in Firefox (and `new VideoFrame(video).timestamp` is
+  the whole seconds of currentTime, written as microseconds). The pixel meter used to check
+  the frame it read against the callback's mediaTime and so refused every sample once the
+  stream had played a second (all first moves `moving`); it now ignores a mediaTime that stays
+  put while frames are presented and reads the frame the element holds at the callback's tick
+  (tests/test_firefox_stream.py holds it).
+- Firefox's `new VideoFrame(video)` is BGRA (an RGB readback of the whole picture: ~12 ms a
+  sample at 1280x720 on the page's main thread, against ~1 ms for Chromium's I420); the meter
+  draws such frames into its small canvas instead (~8 ms here).
+- `pointerrawupdate` exists in Firefox 153 and fires for Marionette's moves: the SDK's
+  InputCapture listens to it in both browsers (`in/s` counts it).
 
     python benchmarks/firefox_latency.py [--seconds 8] [--first-moves 20] [--size 1280x720@30]
         [--json]
@@ -167,6 +179,7 @@ PROBE_SUMMARY_JS = f"""() => {{
     processingMs: median(meta.map((m) => 1000 * m.processingDuration)),
     mediaTimeWhole: meta.filter((m) => Number.isInteger(m.mediaTime)).length,
     mediaTimeDistinct: new Set(meta.map((m) => m.mediaTime)).size,
+    mediaTimeFirst: meta.length ? meta[0].mediaTime : null,
     presentedFramesStep: median(steps),
     stats0: p.stats0, stats1: p.stats1,
   }};
@@ -249,35 +262,73 @@ def measure_in_firefox(
     return summary
 
 
-def check_firefox(summary: dict[str, Any]) -> list[str]:
-    """That Firefox's drag really turned the camera: input-to-photon samples where its frames
-    carry what the meter needs, else the worker's yaw and the first moves' pixels. The reasons
-    the meter's figures are missing, for the notes."""
+def check_firefox(summary: dict[str, Any]) -> None:
+    """That Firefox's drag really steered: the page saw the pointer events, the worker's camera
+    turned, and the SDK's meter found input-to-photon samples, wherever Firefox's frames carry
+    what it needs to match them with their records (`rtpTimestamp`, `receiveTime`); without
+    those, the meter cannot see anything (its figures show "-", a note says why)."""
     probe = summary["probe"]
     fields, sampled = probe["fields"], probe["sampled"]
     if not probe["inputs"]:
         raise RuntimeError("Firefox's drag gave the page no steering pointer event")
-    matchable = sampled and fields["rtpTimestamp"] == sampled and fields["receiveTime"] == sampled
-    if matchable:
-        if not summary["inputToPhoton"]["count"]:
-            raise RuntimeError(
-                "Firefox's frames carry rtpTimestamp and receiveTime, yet its latency summary "
-                "has no input-to-photon sample: the drag did not turn the camera"
-            )
-        return []
     yaw0, yaw1 = summary["yaw"]
     if abs(yaw1 - yaw0) < 0.1:
         raise RuntimeError(f"Firefox's drag did not turn the camera (yaw {yaw0:.3f} → {yaw1:.3f})")
-    first = summary["firstMove"]
-    if summary["probe"]["frames"] == 0 or (first["count"] == 0 and first["unchanged"] > 0):
-        raise RuntimeError(f"Firefox showed no frame answering its input: {first}")
-    return [
-        f"Firefox's requestVideoFrameCallback metadata: receiveTime on {fields['receiveTime']}, "
-        f"rtpTimestamp on {fields['rtpTimestamp']} of its {sampled} frames: the SDK's "
-        f"LatencyMeter matched {summary['matched']} frames (displayed {summary['displayed']}), "
-        'so no glass-to-glass, input-to-photon or stage figure ("-"); the drag turned the '
-        f"camera all the same (yaw {yaw0:.3f} → {yaw1:.3f})."
-    ]
+    matchable = sampled and fields["rtpTimestamp"] == sampled and fields["receiveTime"] == sampled
+    if matchable and not summary["inputToPhoton"]["count"]:
+        raise RuntimeError(
+            "Firefox's frames carry rtpTimestamp and receiveTime, yet its latency summary has "
+            f"no input-to-photon sample (matched {summary['matched']} of {summary['displayed']})"
+        )
+
+
+def notes(chromium: dict[str, Any], firefox: dict[str, Any]) -> list[str]:
+    """What the probe found that changes how Firefox's row reads, each only where this run
+    shows it."""
+    out = []
+    v, c = firefox["rvfc"], chromium["rvfc"]
+    n = v["sampled"]
+    missing = [k for k in ("rtpTimestamp", "receiveTime") if v["fields"][k] < n]
+    if missing:
+        out.append(
+            f"Firefox's requestVideoFrameCallback metadata lacks {' and '.join(missing)} on "
+            f"some of its {n} frames: the SDK's LatencyMeter skips those frames (it finds a "
+            "frame's timing record by its RTP timestamp), so its figures cover "
+            f'{firefox["matched"]} matched frames only, "-" where none.'
+        )
+    same = min(v["expectedEqualsPresentation"], v["presentationEqualsNow"])
+    if n and same >= 0.9 * n:
+        out.append(
+            f"Firefox gives expectedDisplayTime = presentationTime = the callback's `now` on "
+            f"{same} of its {n} frames (Gecko: a frame already composited is reported at the "
+            "refresh tick that runs the callback): its display stage is 0 and its "
+            "glass-to-glass and input-to-photon end at that tick, after the frame went to the "
+            "compositor; "
+            "Chromium's expectedDisplayTime is its estimate of the next refresh "
+            f"({_ms(c['expectedMinusPresentation'])} ms from presentationTime here). The meter's "
+            "jitterBuffer stage (presentationTime − receiveTime − decode: p50 "
+            f"{_ms(chromium['jitterBuffer_p50'])} Chromium, {_ms(firefox['jitterBuffer_p50'])} "
+            "Firefox) is each browser's way to its compositor more than its jitter buffer "
+            f"(getStats' jitterBufferDelay means: {_ms(chromium['stats_jitter_buffer_ms'])} and "
+            f"{_ms(firefox['stats_jitter_buffer_ms'])})."
+        )
+    first = firefox
+    if (
+        first["first_moves"] == 0
+        and (first["first_moves_moving"] or first["first_moves_unchanged"])
+        and v["mediaTimeDistinct"] <= 1
+    ):
+        out.append(
+            f"Firefox's first moves: none measured ({first['first_moves_moving']} counted as "
+            f"'moving', {first['first_moves_unchanged']} as 'unchanged'). Its callbacks' "
+            f"mediaTime is {v['mediaTimeFirst']} on all {n} frames of the window (Chromium's: "
+            f"{c['mediaTimeDistinct']} distinct values on {c['sampled']}), so "
+            "client/first-move.js's check that "
+            "the frame it reads is the callback's (mediaTime against VideoFrame.timestamp or "
+            "currentTime) refuses every sample once the stream has played 1 s: no idle sample, "
+            "so the picture never counts as still, and no sample while armed. An SDK defect."
+        )
+    return out
 
 
 # -- both -------------------------------------------------------------------------------------
@@ -337,7 +388,7 @@ def _ratio(value: float | None, base: float | None) -> str:
     return "-" if value is None or not base else f"{value / base:.2f}"
 
 
-def table(spec: str, seconds: float, rows: list[dict[str, Any]], notes: list[str]) -> str:
+def table(spec: str, seconds: float, rows: list[dict[str, Any]], remarks: list[str]) -> str:
     base = rows[0]
     head = (
         f"{'browser':<22}{'shown':>6}{'fps':>6}{'in/s':>6}{'i2p p50':>9}{'g2g p50':>9}"
@@ -387,7 +438,7 @@ def table(spec: str, seconds: float, rows: list[dict[str, Any]], notes: list[str
             f"{_ms(r['stats_jitter_buffer_ms'])} ms, decode mean {_ms(r['stats_decode_ms'])} ms, "
             f"{_count(r['stats_frames_decoded'])} frames decoded"
         )
-    lines.extend(f"note: {note}" for note in notes)
+    lines.extend(f"note: {remark}" for remark in remarks)
     return "\n".join(lines)
 
 
@@ -396,6 +447,12 @@ def run(spec: str, seconds: float, first_moves: int, log_dir: Path) -> dict[str,
     width, height = (int(v) for v in size.split("x"))
     viewport = (width, height)
     with our_server(width, height, float(fps_text), log_dir) as url:
+        # Firefox first: where it cannot start or steer, the run stops before Chromium's turn
+        print(f"{spec} firefox {CODEC} ...", file=sys.stderr, flush=True)
+        firefox = measure_in_firefox(url, seconds, viewport, first_moves)
+        check_firefox(firefox)
+        # its session was ended from the page; the slot is free at once
+        _wait_until(lambda: busy_slots(url) == 0, SLOTS_FREE_TIMEOUT_S, "the worker's slot")
         print(f"{spec} chromium {CODEC} ...", file=sys.stderr, flush=True)
         chromium = measure_in_chromium(
             url, seconds, viewport=viewport, before_drag=PROBE_OPEN_JS,
@@ -406,13 +463,11 @@ def run(spec: str, seconds: float, first_moves: int, log_dir: Path) -> dict[str,
             raise RuntimeError(f"Chromium asked for {CODEC}, got {chromium.get('codec')!r}")
         if not chromium["inputToPhoton"]["count"]:
             raise RuntimeError("Chromium's drag gave no input-to-photon sample")
-        # Chromium's session ends with its page; wait for the slot, not the resume grace
-        _wait_until(lambda: busy_slots(url) == 0, SLOTS_FREE_TIMEOUT_S, "the worker's slot")
-        print(f"{spec} firefox {CODEC} ...", file=sys.stderr, flush=True)
-        firefox = measure_in_firefox(url, seconds, viewport, first_moves)
-    notes = check_firefox(firefox)
     rows = [row("chromium", chromium), row(firefox["browser"], firefox)]
-    return {"size": spec, "codec": CODEC, "seconds": seconds, "rows": rows, "notes": notes}
+    return {
+        "size": spec, "codec": CODEC, "seconds": seconds, "rows": rows,
+        "notes": notes(rows[0], rows[1]),
+    }  # fmt: skip
 
 
 @contextlib.contextmanager

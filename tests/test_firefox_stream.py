@@ -237,6 +237,28 @@ def test_designer_plays_vp8_and_a_drag_turns_the_camera(
     )
 
 
+def test_the_pixel_meter_measures_first_moves_on_firefoxs_stream(
+    browser: Firefox, server_url: str
+) -> None:
+    """The SDK's first-move meter works on Firefox's real stream: Firefox gives a WebRTC
+    stream's frames mediaTime 0, which the meter took for a frame the element no longer held,
+    refusing every sample once the stream had played a second (no first move was measured:
+    all counted as `moving`)."""
+    open_stream(browser, server_url + "/")
+    box = browser.evaluate("document.getElementById('stage').getBoundingClientRect().toJSON()")
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    browser.wait(1500)  # past the first second of the stream
+    for n in range(4):
+        browser.wait(900)  # still for longer than the meter's STILL_MS
+        sign = 1 if n % 2 == 0 else -1
+        browser.drag((cx, cy), [(cx + sign * 15 * step, cy) for step in range(1, 7)])
+    browser.wait(1200)
+    first = browser.evaluate("window.renderStream.latency().firstMove")
+    print(f"first moves in Firefox: {first}")
+    assert first["count"] >= 2, first
+    assert 0 < first["p50"] < 500, first
+
+
 def test_embed_plays_on_its_own(browser: Firefox, server_url: str) -> None:
     """/embed opened as a page, not framed: it connects by itself and plays."""
     open_stream(browser, server_url + "/embed")

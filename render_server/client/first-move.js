@@ -10,9 +10,10 @@
 //
 // A sample is the brightness on a grid about SAMPLE_COLUMNS wide over the whole picture, read
 // with WebCodecs (`new VideoFrame(video)` then `copyTo`: the decoded planes as they are, ~2 ms
-// for 1080p) where the browser has it, else by drawing the video into a small canvas (which
-// converts the whole frame first: ~9 ms for 1080p in headless Chromium, on the page's main
-// thread). Samples are taken while a first move is awaited, and every IDLE_SAMPLE_MS while the
+// for 1080p) where the browser gives the frame as planes of luma, else by drawing the video
+// into a small canvas (which converts the whole frame first: ~9 ms for 1080p in headless
+// Chromium, on the page's main thread; Firefox 153 gives a WebRTC frame as BGRA, whose copyTo
+// took 12 ms at 720p against 8 for the canvas). Samples are taken while a first move is awaited, and every IDLE_SAMPLE_MS while the
 // input is still; `summary().sampleMs` says what one costs. A first move on a picture that was
 // changing by itself (an animated scene) is counted as `moving`, not measured. Call `onSteer`
 // after the input has been sent: the reference sample is taken there.
@@ -58,6 +59,8 @@ export class FirstMoveMeter {
     this.moves = [];
     this.unchanged = 0;  // first moves after which no frame changed within `timeoutMs`
     this.moving = 0;  // first moves not measured: the picture was changing before them
+    this._lastMeta = null;  // the last callback's {mediaTime, presentedFrames}
+    this._mediaTimeStuck = false;  // mediaTime names no frame here (Firefox's WebRTC: 0)
     this._lastMove = -Infinity;
     this._idle = null;  // the last idle sample's grid
     this._idleAt = -Infinity;  // ... and when it was taken
@@ -98,14 +101,15 @@ export class FirstMoveMeter {
   /** `requestVideoFrameCallback`'s arguments for one displayed frame. */
   onFrameShown(now, meta) {
     this._expire(now);
+    const naming = this._naming(meta);
     const armed = this._armed;
     if (!armed) {
-      this._watchStillness(now, meta);
+      this._watchStillness(now, naming);
       return;
     }
     // taken now, read whenever: the frame being shown (null if the element has moved on to a
     // newer frame, which its own callback will bring)
-    const sample = this._sample(meta);
+    const sample = this._sample(naming);
     if (!sample) return;
     const shownAt = meta && meta.expectedDisplayTime !== undefined ? meta.expectedDisplayTime : now;
     const rtp = meta && meta.rtpTimestamp !== undefined ? meta.rtpTimestamp >>> 0 : null;
@@ -129,6 +133,20 @@ export class FirstMoveMeter {
       moving: this.moving,
       sampleMs: percentile([...this._sampleMs].sort((a, b) => a - b), 50),
     };
+  }
+
+  /** `meta` where its mediaTime names the frame shown, else null: Firefox 153 gives a WebRTC
+   * stream's frames mediaTime 0 (presentedFrames moves on, mediaTime stays), and matching
+   * it against the element's frame would refuse every sample after the first second; the
+   * element then holds the frame shown at this callback's tick anyway. */
+  _naming(meta) {
+    if (!meta || meta.mediaTime === undefined) return meta;
+    const last = this._lastMeta;
+    this._lastMeta = { mediaTime: meta.mediaTime, presentedFrames: meta.presentedFrames };
+    if (last && meta.presentedFrames !== last.presentedFrames && meta.mediaTime === last.mediaTime) {
+      this._mediaTimeStuck = true;
+    }
+    return this._mediaTimeStuck ? null : meta;
   }
 
   /** Every IDLE_SAMPLE_MS once input is still: whether the picture stands still as well. */
@@ -176,7 +194,8 @@ export class FirstMoveMeter {
         frame.close();
         return null;
       }
-      return readFrame(frame).catch(() => null).then(done);
+      if (LUMA_FIRST.has(frame.format)) return readFrame(frame).catch(() => null).then(done);
+      frame.close();  // RGB (Firefox): copyTo converts the whole frame, dearer than a canvas
     }
     return Promise.resolve(done(this._drawn(video)));
   }
