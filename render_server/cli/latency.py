@@ -41,6 +41,10 @@ def add_latency(sub: SubParsers) -> None:
         help="ask for this codec (default: H264 for the python client, the SDK's choice for "
         "chromium)",
     )  # fmt: skip
+    p.add_argument(
+        "--relay", action="store_true",
+        help="python client: connect through the session's TURN servers only (ICE policy relay)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=run_latency)
 
@@ -59,11 +63,16 @@ def run_latency(args: argparse.Namespace) -> int:
         else:
             report = asyncio.run(
                 measure_latency(
-                    args.url, args.seconds, args.token, args.decode, codec=args.codec or "H264"
+                    args.url,
+                    args.seconds,
+                    args.token,
+                    args.decode,
+                    codec=args.codec or "H264",
+                    relay_only=args.relay,
                 )
             )
     except (MeasureError, OSError, TimeoutError) as exc:
-        print(f"render-server latency: {exc or type(exc).__name__}", file=sys.stderr)
+        print(f"render-server latency: {str(exc) or type(exc).__name__}", file=sys.stderr)
         return 1
     except Exception as exc:  # Playwright's errors, aiohttp's: one line, not a trace
         print(f"render-server latency: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ from aiortc import (
     RTCConfiguration,
     RTCDataChannel,
     RTCIceServer,
+    RTCIceTransportPolicy,
     RTCPeerConnection,
     RTCRtpReceiver,
     RTCSessionDescription,
@@ -73,8 +74,11 @@ class SignalingClient:
         url: str,
         token: str | None = None,
         on_message: Callable[[dict[str, Any]], None] | None = None,
+        relay_only: bool = False,
     ) -> None:
         self.url = signaling_url(url)
+        # ICE through the session's TURN servers only (a page's iceTransportPolicy "relay")
+        self.relay_only = relay_only
         self.token = token
         self.on_message = on_message
         self.errors: list[dict[str, Any]] = []  # error messages from the server
@@ -114,9 +118,14 @@ class SignalingClient:
         return self.info
 
     def peer_connection(self) -> RTCPeerConnection:
-        """A peer connection with the session's ICE servers."""
-        ice = [RTCIceServer(urls=s["urls"]) for s in self.info.get("iceServers", [])]
-        return RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        """A peer connection with the session's ICE servers (TURN ones with their credentials),
+        relayed only where `relay_only` says so."""
+        ice = [
+            RTCIceServer(urls=s["urls"], username=s.get("username"), credential=s.get("credential"))
+            for s in self.info.get("iceServers", [])
+        ]
+        policy = RTCIceTransportPolicy.RELAY if self.relay_only else RTCIceTransportPolicy.ALL
+        return RTCPeerConnection(RTCConfiguration(iceServers=ice, iceTransportPolicy=policy))
 
     def viewer_peer(
         self,

@@ -52,8 +52,9 @@ class LatencyClient:
         ping_interval: float = 1.0,
         swing: float = 1.0,
         codec: str = "H264",
+        relay_only: bool = False,
     ) -> None:
-        self.signaling = SignalingClient(url, token)
+        self.signaling = SignalingClient(url, token, relay_only=relay_only)
         self.codec = codec
         self.input_rate = input_rate
         self.ping_interval = ping_interval
@@ -188,8 +189,9 @@ async def measure_latency(
     token: str | None = None,
     decode: DecodeMode = "keyframes",
     codec: str = "H264",
+    relay_only: bool = False,
 ) -> dict[str, Any]:
-    """Open a session on `url` that asks for `codec`, measure for `seconds`, close it; the
-    report (its `codec`: the one that came)."""
-    async with LatencyClient(url, token, decode, codec=codec) as client:
+    """Open a session on `url` that asks for `codec` (through TURN only with `relay_only`),
+    measure for `seconds`, close it; the report (its `codec`: the one that came)."""
+    async with LatencyClient(url, token, decode, codec=codec, relay_only=relay_only) as client:
         return await client.measure(seconds)
