@@ -43,6 +43,12 @@ class Metrics:
         self.keyframes = Counter(
             "worker_keyframes", "Keyframes encoded, by reason", ["reason"], registry=r
         )
+        self.retransmissions = Counter(
+            "worker_rtp_retransmissions",
+            "Packets NACKed by browsers: resent from the history, or missing from it",
+            ["result"],
+            registry=r,
+        )
         self.remb = Counter(
             "worker_remb", "Receiver bitrate estimates (REMB) passed to encoders", registry=r
         )

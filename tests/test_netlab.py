@@ -78,6 +78,14 @@ def _probe(lab: NetLab, count: int) -> tuple[int, float]:
     return int(lost), float(median)
 
 
+def _counter(metrics: str, name: str) -> float:
+    """A Prometheus sample's value from /metrics text (0 where absent)."""
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_the_lab_shapes_the_path_as_its_profile_says_and_goes_away() -> None:
     with NetLab(LinkProfile(rtt_ms=40, jitter_ms=4)) as lab:
         names = set(lab.ns.values())
@@ -113,8 +121,8 @@ def test_the_lab_shapes_the_path_as_its_profile_says_and_goes_away() -> None:
 
 def test_a_stream_crosses_a_lossy_slow_link(tmp_path: object) -> None:
     """A real server in one namespace, the latency client in the other, 40 ms apart with 2 %
-    loss and 8 Mbit/s: frames arrive, every packet lost is repaired (NACK), and the clock's
-    round trip is the path's."""
+    loss and 8 Mbit/s: frames arrive, every packet lost is NACKed and resent from the worker's
+    history (its /metrics count both), and the clock's round trip is the path's."""
     with NetLab(LinkProfile(rtt_ms=40, loss=0.02, rate_kbit=8000)) as lab:
         url = f"http://{lab.server_ip}:8080"
         lab.popen(
@@ -136,7 +144,14 @@ def test_a_stream_crosses_a_lossy_slow_link(tmp_path: object) -> None:
              "--json"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
+        read = "import urllib.request as u, sys; print(u.urlopen(sys.argv[1]).read().decode())"
+        metrics = lab.run("client", [sys.executable, "-c", read, url + "/metrics"],
+                          capture_output=True, text=True).stdout  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    resent = _counter(metrics, 'worker_rtp_retransmissions_total{result="resent"}')
+    missing = _counter(metrics, 'worker_rtp_retransmissions_total{result="missing"}')
+    print(f"NACKed packets resent {resent}, missing from the history {missing}")
+    assert resent > 0 and missing == 0  # 2 % lost: each one repaired from the history
     report = json.loads(done.stdout)
     print({k: report[k] for k in ("frames", "observed", "lost_packets")}, report["clock"])
     assert report["frames"] >= 40

@@ -37,6 +37,7 @@ from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.state import export_state
 from render_server.transport.guard import guard_data_channels
+from render_server.transport.retransmission import count_retransmits, size_history
 from render_server.transport.timing import watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
 from render_server.transport.video_sender import (
@@ -101,6 +102,7 @@ class StreamSession:
         self.pc: RTCPeerConnection | None = None
         self.track: EncodedVideoTrack[OrbitCamera] | None = None
         self.peers = 0
+        self.nacks = {True: 0, False: 0}  # NACKed packets resent (True) or missing (False)
         self.input = InputChannel(
             role, self.log, metrics, pipeline, controller, commands, quality, quality_limits,
             on_fps=self._fps_asked, on_steer=self._poke,
@@ -194,6 +196,8 @@ class StreamSession:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
         # after the offer: BUNDLE may have moved the sender onto the data channel's transport
         watch_sent_packets(transceiver.sender, timing.packet_sent)
+        size_history(self.input.quality_limits.max_kbps * 1000)
+        count_retransmits(transceiver.sender, self._nacked)
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())
@@ -269,6 +273,11 @@ class StreamSession:
         self.pipeline.request_rebuild()
         return True
 
+    def _nacked(self, resent: bool) -> None:
+        """A packet the browser NACKed: resent from the history, or gone from it."""
+        self.nacks[resent] += 1
+        self.metrics.retransmissions.labels("resent" if resent else "missing").inc()
+
     def _on_receiver_estimate(self, bitrate: int) -> None:
         """REMB: the browser's estimate of what the path carries; the encoder follows it."""
         self.pipeline.request_bitrate(bitrate)
@@ -316,6 +325,8 @@ class StreamSession:
                 "frames": self.frames,
                 "dropped_ticks": self.dropped_ticks,
                 "peers": self.peers,
+                "resent": self.nacks[True],
+                "resend_missing": self.nacks[False],
                 "seconds": round(time.monotonic() - self._started_at, 1),
             },
         )

@@ -21,6 +21,8 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
   `depayload` in `aiortc.rtcrtpreceiver` (AV1 packing, depacketizing, libdav1d decoding).
 - `guard.guard_data_channels`: wraps `RTCSctpTransport._data_channel_receive` (a text message
   that is not UTF-8, a malformed DCEP message must not end the transport).
+- `retransmission`: sets `aiortc.rtcrtpsender.RTP_HISTORY_SIZE` (the NACK history) to span
+  time, wraps `RTCRtpSender._retransmit` and reads `_RTCRtpSender__rtp_history` to count.
 - `video_sender`: puts them together on a session's peer connection (no patch of its own).
 
 Another aiortc may rename any of these: `check_aiortc_version` says so in the log, once.
