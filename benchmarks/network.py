@@ -124,6 +124,144 @@ def lossy_link(seconds: float) -> dict[str, Any]:
     return out
 
 
+# the step: the page keeps every displayed frame's wall-clock time and its glass-to-glass (the
+# meter's frames, stamped as benchmarks/latency.py's window does), for a timeline
+STEP_OPEN_JS = """() => {
+  const rs = window.renderStream, m = rs.latencyMeter, video = rs.video;
+  window.__shown = [];
+  window.__t0 = performance.now();
+  const tick = (now) => {
+    window.__shown.push(performance.timeOrigin + now); video.requestVideoFrameCallback(tick);
+  };
+  video.requestVideoFrameCallback(tick);
+  const breakdown = m._breakdown.bind(m);
+  m._breakdown = (shown, row, offset) => Object.assign(breakdown(shown, row, offset),
+    { wall: performance.timeOrigin + shown.expectedDisplayTime });
+  m._push = (frame) => { m.frames.push(frame); };
+  m.frames = [];
+}"""
+STEP_SUMMARY_JS = """() => ({
+  shown: window.__shown, t0: window.__t0, t1: window.__t1,
+  frames: window.renderStream.latencyMeter.frames.length,
+  g2g: window.renderStream.latencyMeter.frames.map((f) => [f.wall, f.glassToGlass]),
+})"""
+# polls the worker's /metrics (its encoders' target) from inside the client namespace
+POLLER = """
+import sys, time, urllib.request
+url, every, until = sys.argv[1], float(sys.argv[2]), time.time() + float(sys.argv[3])
+while time.time() < until:
+    try:
+        text = urllib.request.urlopen(url, timeout=1).read().decode()
+        value = next(float(line.split()[-1]) for line in text.splitlines()
+                     if line.startswith("worker_encoder_bitrate_bps "))
+        print(f"{time.time() * 1000:.0f} {value:.0f}", flush=True)
+    except Exception:
+        pass
+    time.sleep(every)
+"""
+
+
+def step(before_s: float, low_s: float, after_s: float, plot: Path | None) -> dict[str, Any]:
+    """Chromium dragging all along while the link steps 20 → 2 → 20 Mbit/s (40 ms RTT); the
+    frames shown, their glass-to-glass and the encoder's target over time."""
+    high, low = LinkProfile(rtt_ms=40, rate_kbit=20000), LinkProfile(rtt_ms=40, rate_kbit=2000)
+    total = before_s + low_s + after_s
+    with NetLab(high) as lab:
+        url = serve(lab, 8080, "--resolution", "1280x720", "--fps", "30")
+        poller = lab.popen(
+            "client", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        page = lab.popen(
+            "client",
+            [sys.executable, "-c", IN_LAB, url, str(total), STEP_OPEN_JS, CLOSE_JS,
+             STEP_SUMMARY_JS],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        # the drag starts once the page streams: wait for the first encoder figure, then time
+        assert poller.stdout is not None
+        first = poller.stdout.readline()
+        started = time.time()
+        steps: list[tuple[float, str]] = [(started * 1000, "20 Mbit/s")]
+        time.sleep(before_s + 2.0)  # the page's own start-up and clock pings (~1 s) too
+        lab.set_profile(low)
+        steps.append((time.time() * 1000, "2 Mbit/s"))
+        time.sleep(low_s)
+        lab.set_profile(high)
+        steps.append((time.time() * 1000, "20 Mbit/s"))
+        out, err = page.communicate(timeout=total + 120)
+        poller.terminate()
+        rest, _ = poller.communicate(timeout=10)
+    if page.returncode != 0:
+        raise RuntimeError(f"Chromium in the lab: {err[-1500:]}")
+    summary = json.loads(out)
+    bitrate = [tuple(map(float, line.split())) for line in (first + rest).splitlines() if line]
+    result = timeline(summary["shown"], summary["g2g"], bitrate, steps)
+    if plot is not None:
+        draw(result, plot)
+    return result
+
+
+def timeline(
+    shown: list[float],
+    g2g: list[list[float]],
+    bitrate: list[tuple[float, ...]],
+    steps: list[tuple[float, str]],
+) -> dict[str, Any]:
+    """Seconds from the step down: each frame's gap to the one before, glass-to-glass, the
+    encoder's target; and the issue's figures read off them."""
+    down, up = steps[1][0], steps[2][0]
+    rel = lambda wall: (wall - down) / 1000  # noqa: E731
+    frames = [(rel(b), b - a) for a, b in zip(shown, shown[1:], strict=False)]
+    latency = [(rel(wall), ms) for wall, ms in g2g if wall]
+    target = [(rel(at), bps) for at, bps in bitrate]
+    after_down = [(t, g) for t, g in frames if 0 <= t <= (up - down) / 1000]
+    under = next((t for t, bps in target if t >= 0 and bps <= 2_000_000), None)
+    high_before = max((bps for t, bps in target if t < 0), default=0.0)
+    back_up = next(
+        (t for t, bps in target if t >= (up - down) / 1000 and bps >= 0.9 * high_before), None
+    )
+    settled = next(
+        (t for t, _ in latency if t >= 0 and all(ms < 100 for u, ms in latency if u >= t)), None
+    )
+    return {
+        "frames": frames,
+        "latency": latency,
+        "target": target,
+        "step_up_s": (up - down) / 1000,
+        "longest_gap_after_step_ms": max((g for _, g in after_down), default=0.0),
+        "target_under_2mbit_after_s": under,
+        "latency_under_100ms_from_s": settled,
+        "target_back_to_90pct_after_step_up_s": None
+        if back_up is None
+        else back_up - (up - down) / 1000,
+        "target_before_bps": high_before,
+    }
+
+
+def draw(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    frames, latency, target = result["frames"], result["latency"], result["target"]
+    axes[0].plot([t for t, _ in frames], [g for _, g in frames], lw=0.8)
+    axes[0].set_ylabel("gap between frames (ms)")
+    axes[1].plot([t for t, _ in latency], [ms for _, ms in latency], lw=0.8)
+    axes[1].set_ylabel("glass-to-glass (ms)")
+    axes[2].plot([t for t, _ in target], [bps / 1e6 for _, bps in target], lw=1.0)
+    axes[2].set_ylabel("encoder target (Mbit/s)")
+    axes[2].set_xlabel("seconds from the step down to 2 Mbit/s")
+    for ax in axes:
+        ax.axvline(0, color="red", lw=0.8)
+        ax.axvline(result["step_up_s"], color="green", lw=0.8)
+    fig.suptitle("1280x720@30 in Chromium, 40 ms RTT, 20 → 2 → 20 Mbit/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def relay_vs_direct(runs: int) -> dict[str, Any]:
     results: dict[str, list[float]] = {"direct": [], "relay (TURN/UDP)": []}
     with NetLab(LinkProfile(rtt_ms=20)) as lab:
@@ -153,6 +291,29 @@ def relay_vs_direct(runs: int) -> dict[str, Any]:
     return results
 
 
+def print_step(r: dict[str, Any], plot: Path) -> None:
+    def s(value: float | None) -> str:
+        return "never" if value is None else f"{value:.1f} s"
+
+    print("Step 20 → 2 → 20 Mbit/s at 40 ms RTT, Chromium dragging, 1280x720@30:")
+    print(
+        f"  longest gap between frames while at 2 Mbit/s: "
+        f"{r['longest_gap_after_step_ms']:.0f} ms (target: no freeze over 500 ms)"
+    )
+    print(
+        f"  encoder target under 2 Mbit/s: {s(r['target_under_2mbit_after_s'])} after the "
+        f"step (target: 2 s); before it {r['target_before_bps'] / 1e6:.1f} Mbit/s"
+    )
+    print(
+        f"  glass-to-glass under 100 ms for good from: {s(r['latency_under_100ms_from_s'])} "
+        "after the step down (target: within 3 s)"
+    )
+    print(
+        f"  target back to 90 % of before: {s(r['target_back_to_90pct_after_step_up_s'])} "
+        f"after the step up (target: 10 s); plot: {plot}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -160,16 +321,24 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=10.0, help="Chromium's drag per link")
     parser.add_argument("--runs", type=int, default=3, help="direct/relay pairs")
+    parser.add_argument("--plot", type=Path, default=Path("network-step.png"),
+                        help="the step's time series (PNG)")  # fmt: skip
+    parser.add_argument("--only", choices=("links", "step", "relay"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     unavailable = lab_available()
     if unavailable:
         print(f"network.py: {unavailable}", file=sys.stderr)
         return 2
-    links = lossy_link(args.seconds)
-    relay = relay_vs_direct(args.runs)
+    links = lossy_link(args.seconds) if args.only in (None, "links") else {}
+    stepped = step(6.0, 8.0, 12.0, args.plot) if args.only in (None, "step") else None
+    relay = relay_vs_direct(args.runs) if args.only in (None, "relay") else {}
     if args.json:
-        print(json.dumps({"links": links, "relay": relay}, indent=2))
+        print(json.dumps({"links": links, "step": stepped, "relay": relay}, indent=2))
+        return 0
+    if stepped is not None:
+        print_step(stepped, args.plot)
+    if not links and not relay:
         return 0
     print("Chromium, 1280x720 at 30 fps, drag window (ms)")
     print(f"{'link':<28}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}{'freezes':>9}"
@@ -178,6 +347,8 @@ def main() -> int:
         print(f"{name:<28}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
               f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{r['freezes_over_200ms']:>8}"
               f"{r['longest_gap_ms']:>9.0f}")  # fmt: skip
+    if not relay:
+        return 0
     direct, relayed = relay["direct"], relay["relay (TURN/UDP)"]
     print(f"\nglass-to-glass p50 on a 20 ms link, python client, {len(direct)} runs each:")
     print(f"  direct {', '.join(f'{v:.1f}' for v in direct)}; relay "
