@@ -31,42 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.netlab import LinkProfile, NetLab, lab_available  # noqa: E402
+from tests.netlab import SHOWN_CLOSE_JS, LinkProfile, NetLab, lab_available  # noqa: E402
 
 SECRET = "bench-turn-secret"
 FRAME_INTERVAL_MS = 1000 / 30
-# the drag's window, as benchmarks/latency.py's: every displayed frame's time kept in the page
-OPEN_JS = """() => {
-  const video = window.renderStream.video;
-  window.__shown = [];
-  window.__t0 = performance.now();
-  const tick = (now) => { window.__shown.push(now); video.requestVideoFrameCallback(tick); };
-  video.requestVideoFrameCallback(tick);
-}"""
-CLOSE_JS = "() => { window.__t1 = performance.now(); }"
-SUMMARY_JS = """() => {
-  const shown = window.__shown.filter((t) => t >= window.__t0 && t <= window.__t1);
-  return { ...window.renderStream.latency(), shown, t0: window.__t0, t1: window.__t1,
-           frames: window.renderStream.latencyMeter.frames.length };
-}"""
-
-
-def serve(lab: NetLab, port: int, *args: str) -> str:
-    url = f"http://{lab.server_ip}:{port}"
-    lab.popen(
-        "server",
-        [sys.executable, "-m", "render_server", "serve", "--host", lab.server_ip, "--port",
-         str(port), "--auth", "off", "--renderer", "cpu", *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    ready = "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)"
-    deadline = time.monotonic() + 60
-    while lab.run("client", [sys.executable, "-c", ready, url + "/readyz"],
-                  capture_output=True).returncode != 0:  # fmt: skip
-        if time.monotonic() > deadline:
-            raise RuntimeError("the server did not come up in the lab")
-        time.sleep(0.3)
-    return url
 
 
 def gaps(shown: list[float]) -> dict[str, Any]:
@@ -79,26 +47,8 @@ def gaps(shown: list[float]) -> dict[str, Any]:
     }
 
 
-# run inside the client namespace (Playwright's pipe to a browser started through `ip netns
-# exec` never opened): the page's summary as JSON on stdout
-IN_LAB = """
-import json, sys
-from render_server.tools.measure.browser import measure_in_chromium
-url, seconds, open_js, close_js, summary_js = sys.argv[1:6]
-print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(1280, 720),
-    before_drag=open_js, after_drag=close_js, summary_script=summary_js, first_moves=0)))
-"""
-
-
 def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
-    done = lab.run(
-        "client",
-        [sys.executable, "-c", IN_LAB, url, str(seconds), OPEN_JS, CLOSE_JS, SUMMARY_JS],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"Chromium in the lab: {done.stderr[-1500:]}")
-    summary = json.loads(done.stdout)
+    summary = lab.chromium(url, seconds, (1280, 720))
     shown = summary["shown"]
     window_s = (summary["t1"] - summary["t0"]) / 1000
     return {
@@ -116,7 +66,7 @@ def lossy_link(seconds: float) -> dict[str, Any]:
     lossy = LinkProfile(rtt_ms=40, loss=0.02, rate_kbit=8000)
     out: dict[str, Any] = {}
     with NetLab(clean) as lab:
-        url = serve(lab, 8080, "--resolution", "1280x720", "--fps", "30")
+        url = lab.serve(8080, "--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
         for name, profile in (("clean 40 ms", clean), ("40 ms, 2 % loss, 8 Mbit/s", lossy)):
             lab.set_profile(profile)
             print(f"chromium over {name} ...", file=sys.stderr, flush=True)
@@ -167,17 +117,17 @@ def step(before_s: float, low_s: float, after_s: float, plot: Path | None) -> di
     high, low = LinkProfile(rtt_ms=40, rate_kbit=20000), LinkProfile(rtt_ms=40, rate_kbit=2000)
     total = before_s + low_s + after_s
     with NetLab(high) as lab:
-        url = serve(lab, 8080, "--resolution", "1280x720", "--fps", "30")
+        url = lab.serve(8080, "--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
         poller = lab.popen(
             "client", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
+        argv = lab.chromium_argv(
+            url, total, (1280, 720), STEP_OPEN_JS, SHOWN_CLOSE_JS, STEP_SUMMARY_JS
+        )
         page = lab.popen(
-            "client",
-            [sys.executable, "-c", IN_LAB, url, str(total), STEP_OPEN_JS, CLOSE_JS,
-             STEP_SUMMARY_JS],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        )  # fmt: skip
+            "client", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        )
         # the drag starts once the page streams: wait for the first encoder figure, then time
         assert poller.stdout is not None
         first = poller.stdout.readline()
@@ -265,17 +215,9 @@ def draw(result: dict[str, Any], path: Path) -> None:
 def relay_vs_direct(runs: int) -> dict[str, Any]:
     results: dict[str, list[float]] = {"direct": [], "relay (TURN/UDP)": []}
     with NetLab(LinkProfile(rtt_ms=20)) as lab:
-        ip = lab.server_side_ip
-        lab.popen(
-            "server",
-            ["turnserver", "-n", f"--listening-ip={ip}", f"--relay-ip={ip}",
-             "--listening-port=3478", "--use-auth-secret", f"--static-auth-secret={SECRET}",
-             "--realm=lab", "--no-tls", "--no-dtls", "--no-cli", "--min-port=49160",
-             "--max-port=49400"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = serve(lab, 8080, "--resolution", "1280x720", "--turn-url",
-                    f"turn:{ip}:3478?transport=udp", "--turn-secret", SECRET)  # fmt: skip
+        ip = lab.start_turn(SECRET)
+        url = lab.serve(8080, "--renderer", "cpu", "--resolution", "1280x720", "--turn-url",
+                        f"turn:{ip}:3478?transport=udp", "--turn-secret", SECRET)  # fmt: skip
         for _ in range(runs):
             for name, extra in (("direct", []), ("relay (TURN/UDP)", ["--relay"])):
                 print(f"{name} ...", file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -36,11 +37,43 @@ from typing import Any, Literal
 
 from tests.link_emulator import LinkProfile
 
-__all__ = ["LinkProfile", "NetLab", "lab_available"]
+__all__ = [
+    "SHOWN_CLOSE_JS", "SHOWN_OPEN_JS", "SHOWN_SUMMARY_JS", "LinkProfile", "NetLab",
+    "lab_available",
+]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[1]
 Host = Literal["server", "client", "router"]
 _labs = itertools.count(1)
+SERVER_START_S = 60.0
+FETCH = """
+import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
+"""
+
+# Chromium measured from inside the client namespace: this script runs there (Playwright's pipe
+# to a browser started through `ip netns exec` never opened) and prints the page's summary.
+# argv: url, seconds of drag, viewport width and height, the three page scripts
+IN_LAB_CHROMIUM = """
+import json, sys
+from render_server.tools.measure.browser import measure_in_chromium
+url, seconds, width, height, before, after, summary = sys.argv[1:8]
+print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(int(width), int(height)),
+    before_drag=before, after_drag=after, summary_script=summary, first_moves=0)))
+"""
+# the page scripts of a drag window that keeps every displayed frame's time (`shown`, the
+# page's clock) beside the SDK's latency summary
+SHOWN_OPEN_JS = """() => {
+  const video = window.renderStream.video;
+  window.__shown = [];
+  window.__t0 = performance.now();
+  const tick = (now) => { window.__shown.push(now); video.requestVideoFrameCallback(tick); };
+  video.requestVideoFrameCallback(tick);
+}"""
+SHOWN_CLOSE_JS = "() => { window.__t1 = performance.now(); }"
+SHOWN_SUMMARY_JS = """() => ({ ...window.renderStream.latency(),
+  shown: window.__shown.filter((t) => t >= window.__t0 && t <= window.__t1),
+  t0: window.__t0, t1: window.__t1 })"""
 
 
 def lab_available() -> str | None:
@@ -206,6 +239,73 @@ class NetLab:
     def run(self, host: Host, argv: Sequence[str], timeout: float = 60, **kwargs: Any) -> Any:
         """Run `argv` in `host`'s namespace to its end (subprocess.run's result)."""
         return subprocess.run(self.command(host, argv), timeout=timeout, **kwargs)
+
+    def fetch(self, url: str, host: Host = "client") -> str:
+        """The body of a GET of `url` from `host` (its text; RuntimeError if it fails)."""
+        done = self.run(host, [sys.executable, "-c", FETCH, url], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"GET {url} from {host}: {done.stderr.strip()[-300:]}")
+        return str(done.stdout)
+
+    def serve(self, port: int, *args: str) -> str:
+        """`render-server serve` on the server host (on its address, without auth, `args`
+        added), stopped with the lab; its URL once the client host sees it ready."""
+        url = f"http://{self.server_ip}:{port}"
+        self.popen(
+            "server",
+            [sys.executable, "-m", "render_server", "serve", "--host", self.server_ip, "--port",
+             str(port), "--auth", "off", *args],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        ready = "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)"
+        deadline = time.monotonic() + SERVER_START_S
+        while self.run("client", [sys.executable, "-c", ready, url + "/readyz"],
+                       capture_output=True).returncode != 0:  # fmt: skip
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not come up in the lab in {SERVER_START_S} s")
+            time.sleep(0.3)
+        return url
+
+    def start_turn(self, secret: str) -> str:
+        """coturn (use-auth-secret with `secret`, UDP and TCP on 3478, no TLS) on the server
+        side's second address, stopped with the lab; that address."""
+        ip = self.server_side_ip
+        self.popen(
+            "server",
+            ["turnserver", "-n", f"--listening-ip={ip}", f"--relay-ip={ip}",
+             "--listening-port=3478", "--use-auth-secret", f"--static-auth-secret={secret}",
+             "--realm=lab", "--no-tls", "--no-dtls", "--no-cli", "--min-port=49160",
+             "--max-port=49400"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        return ip
+
+    def chromium_argv(
+        self,
+        url: str,
+        seconds: float,
+        viewport: tuple[int, int],
+        before: str = SHOWN_OPEN_JS,
+        after: str = SHOWN_CLOSE_JS,
+        summary: str = SHOWN_SUMMARY_JS,
+    ) -> list[str]:
+        """What, run in the client host (`popen("client", ...)`), drives headless Chromium on
+        the page at `url`, dragging for `seconds` between the `before` and `after` page
+        scripts, and prints `summary`'s JSON."""
+        width, height = viewport
+        return [sys.executable, "-c", IN_LAB_CHROMIUM, url, str(seconds), str(width),
+                str(height), before, after, summary]  # fmt: skip
+
+    def chromium(self, url: str, seconds: float, viewport: tuple[int, int]) -> dict[str, Any]:
+        """`chromium_argv` with the SHOWN_ scripts, run to its end: the page's summary."""
+        done = self.run(
+            "client", self.chromium_argv(url, seconds, viewport),
+            capture_output=True, text=True, timeout=seconds + 180, cwd=ROOT,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"Chromium in the lab: {done.stderr[-1500:]}")
+        summary: dict[str, Any] = json.loads(done.stdout)
+        return summary
 
     def _ip(self, ns: str, *argv: str) -> None:
         _run("ip", "-n", ns, *argv)

@@ -71,7 +71,7 @@ async def _offer(*codecs: str) -> str:
     pc = RTCPeerConnection()
     try:
         transceiver = pc.addTransceiver("video", direction="recvonly")
-        transceiver.setCodecPreferences([c for name in codecs for c in codec_preferences(name)])
+        transceiver.setCodecPreferences(codec_preferences(*codecs))
         await pc.setLocalDescription(await pc.createOffer())
         return str(pc.localDescription.sdp)
     finally:
@@ -175,9 +175,7 @@ async def test_a_session_streams_the_codec_its_browser_offers_first(
     try:
         transceiver = browser.addTransceiver("video", direction="recvonly")
         others = [name for name in CODECS if name != codec]
-        transceiver.setCodecPreferences(
-            [c for name in (codec, *others) for c in codec_preferences(name)]
-        )
+        transceiver.setCodecPreferences(codec_preferences(codec, *others))
         await browser.setLocalDescription(await browser.createOffer())
         answer = await session.accept_offer(browser.localDescription.sdp)
         assert offered_codecs(answer) == [codec]  # the answer names the one codec it sends

@@ -189,6 +189,14 @@ def assert_drag_turns_the_camera(firefox: Firefox) -> None:
     assert change > 5.0, "the drag did not change the picture"
 
 
+def panel_codec(firefox: Firefox) -> str:
+    """The codec the designer page's stats panel names, once it names one (it fills in from
+    the SDK's first `stats` event)."""
+    read = "document.getElementById('stat-codec').textContent"
+    return str(eventually(lambda: (codec := firefox.evaluate(read)) != "–" and codec, 5,
+                          what="the stats panel"))  # fmt: skip
+
+
 def example_pages() -> list[str]:
     """The pages the examples' index links to (each streams)."""
     index = (ROOT / "render_server" / "client" / "examples" / "index.html").read_text()
@@ -219,13 +227,7 @@ def test_designer_plays_vp8_and_a_drag_turns_the_camera(
     print(f"page load to first frame: {time.monotonic() - opened:.2f}s")
     stats = assert_plays(browser, "VP8")
     assert (stats["width"], stats["height"]) == (WIDTH, HEIGHT)
-    # the stats panel names the codec (it fills in from the SDK's first `stats` event)
-    eventually(
-        lambda: browser.evaluate("document.getElementById('stat-codec').textContent") != "–",
-        5,
-        what="the stats panel",
-    )
-    assert browser.evaluate("document.getElementById('stat-codec').textContent") == "VP8"
+    assert panel_codec(browser) == "VP8"
     assert browser.evaluate("document.getElementById('stat-resolution').textContent") == (
         f"{WIDTH}×{HEIGHT}"
     )
@@ -299,12 +301,7 @@ def test_h264_enabled_by_prefs_is_offered_and_picked(server_url: str, firefox: F
         assert h264.evaluate("window.renderStream.codecs")[0] == "H264"
         stats = assert_plays(h264, "H264")
         assert (stats["width"], stats["height"]) == (WIDTH, HEIGHT)
-        eventually(
-            lambda: h264.evaluate("document.getElementById('stat-codec').textContent") != "–",
-            5,
-            what="the stats panel",
-        )
-        assert h264.evaluate("document.getElementById('stat-codec').textContent") == "H264"
+        assert panel_codec(h264) == "H264"
         assert_drag_turns_the_camera(h264)
         end_streams(h264)
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,34 +27,8 @@ def lab() -> Iterator[NetLab]:
     if shutil.which("turnserver") is None:
         pytest.fail("coturn's turnserver is missing: apt-get install coturn (CI does)")
     with NetLab(LinkProfile(rtt_ms=RTT_MS)) as lab:
-        ip = lab.server_side_ip
-        lab.popen(
-            "server",
-            ["turnserver", "-n", f"--listening-ip={ip}", f"--relay-ip={ip}",
-             "--listening-port=3478", "--use-auth-secret", f"--static-auth-secret={SECRET}",
-             "--realm=lab", "--no-tls", "--no-dtls", "--no-cli", "--min-port=49160",
-             "--max-port=49400"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        lab.start_turn(SECRET)
         yield lab
-
-
-def serve(lab: NetLab, port: int, *args: str) -> str:
-    """`render-server serve` on the server's host; its URL once it is ready."""
-    url = f"http://{lab.server_ip}:{port}"
-    lab.popen(
-        "server",
-        [sys.executable, "-m", "render_server", "serve", "--host", lab.server_ip, "--port",
-         str(port), "--resolution", "640x360", "--auth", "off", *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    ready = "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)"
-    deadline = time.monotonic() + 60
-    while lab.run("client", [sys.executable, "-c", ready, url + "/readyz"],
-                  capture_output=True).returncode != 0:  # fmt: skip
-        assert time.monotonic() < deadline, "the server did not come up in the lab"
-        time.sleep(0.3)
-    return url
 
 
 def latency(lab: NetLab, url: str, *args: str) -> Any:
@@ -70,7 +42,7 @@ def latency(lab: NetLab, url: str, *args: str) -> Any:
 
 @pytest.fixture(scope="module")
 def direct(lab: NetLab) -> dict[str, Any]:
-    done = latency(lab, serve(lab, 8090))
+    done = latency(lab, lab.serve(8090, "--resolution", "640x360"))
     assert done.returncode == 0, done.stderr[-2000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report
@@ -81,7 +53,7 @@ def test_a_relay_only_client_streams_through_coturn(
     lab: NetLab, direct: dict[str, Any], transport: str, port: int
 ) -> None:
     turn = f"turn:{lab.server_side_ip}:3478?transport={transport}"
-    url = serve(lab, port, "--turn-url", turn, "--turn-secret", SECRET)
+    url = lab.serve(port, "--resolution", "640x360", "--turn-url", turn, "--turn-secret", SECRET)
     done = latency(lab, url, "--relay")
     assert done.returncode == 0, done.stderr[-2000:]
     relayed = json.loads(done.stdout)
@@ -95,7 +67,9 @@ def test_a_relay_only_client_streams_through_coturn(
 
 def test_a_relay_only_client_gets_nowhere_with_a_wrong_secret(lab: NetLab) -> None:
     turn = f"turn:{lab.server_side_ip}:3478?transport=udp"
-    url = serve(lab, 8093, "--turn-url", turn, "--turn-secret", "not-the-secret")
+    url = lab.serve(
+        8093, "--resolution", "640x360", "--turn-url", turn, "--turn-secret", "not-the-secret"
+    )
     done = latency(lab, url, "--relay")
     print(f"wrong secret: {done.stderr.strip()[-300:]}")
     assert done.returncode != 0, "a relay-only client connected without a TURN allocation"

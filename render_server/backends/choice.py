@@ -14,6 +14,8 @@ import av
 
 from render_server.backends.gpu import CudaStatus, GpuDevice, NvencStatus, probe_cuda, probe_nvenc
 from render_server.config import ConfigError, EncoderName, NvencInput, RendererName
+from render_server.encode.codecs import CODECS, CPU_ENCODERS, cpu_codecs
+from render_server.encode.nvenc import NVENC_CODECS
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,18 @@ class Backends:
     def __post_init__(self) -> None:
         if self.encoder == "nvenc" and not self.nvenc_codecs:  # NVENC always has H.264
             object.__setattr__(self, "nvenc_codecs", ("H264",))
+
+    @property
+    def codec_encoders(self) -> dict[str, str]:
+        """Every codec these backends encode, in CODECS' order, and the FFmpeg encoder that
+        makes it: NVENC's where NVENC has the codec, else the CPU's (a replayed clip: H.264)."""
+        if self.encoder == "replay":
+            return {"H264": "replay"}
+        nvenc = {rtp: name for name, rtp in NVENC_CODECS.values() if rtp in self.nvenc_codecs}
+        cpu = {codec: CPU_ENCODERS[codec] for codec in cpu_codecs()}
+        return {
+            codec: nvenc.get(codec) or cpu[codec] for codec in CODECS if codec in {**cpu, **nvenc}
+        }
 
     @property
     def device_frames(self) -> bool:

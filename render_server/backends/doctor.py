@@ -15,7 +15,6 @@ from render_server.backends.bench import bench_encoder, bench_renderer
 from render_server.backends.choice import Backends, choose_backends, device_frames_supported
 from render_server.backends.gpu import describe, probe_cuda, probe_nvenc
 from render_server.config import Resolution
-from render_server.encode.codecs import CPU_ENCODERS, cpu_codecs, sendable
 from render_server.encode.nvenc import NVENC_CODECS
 from render_server.encode.x264 import create_x264_encoder
 from render_server.render.builtin_scenes import default_scene
@@ -86,7 +85,7 @@ def diagnose(seconds: float = 3.0) -> dict[str, Any]:
             "encoder_reason": auto.encoder_reason,
         },
         "device_frames": probe_device_frames(auto),
-        "codecs": codec_encoders(auto),
+        "codecs": auto.codec_encoders,
         "benchmarks": [],
     }
     for status in report["nvenc"].values():
@@ -102,16 +101,6 @@ def diagnose(seconds: float = 3.0) -> dict[str, Any]:
         for name in encoders:
             report["benchmarks"].append(_measure(bench_encoder, scene, name, seconds))
     return report
-
-
-def codec_encoders(backends: Backends) -> dict[str, str]:
-    """What a worker with these backends sends, in its order, and the encoder of each."""
-    encoders = {}
-    nvenc_names = {"H264": "h264_nvenc", "AV1": "av1_nvenc"}
-    for codec in sendable(None, (*backends.nvenc_codecs, *cpu_codecs())):
-        nvenc = codec in backends.nvenc_codecs
-        encoders[codec] = nvenc_names[codec] if nvenc else CPU_ENCODERS[codec]
-    return encoders
 
 
 def _measure(bench: Any, scene: Any, name: str, seconds: float) -> dict[str, Any]:

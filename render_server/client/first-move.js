@@ -13,8 +13,9 @@
 // for 1080p) where the browser gives the frame as planes of luma, else by drawing the video
 // into a small canvas (which converts the whole frame first: ~9 ms for 1080p in headless
 // Chromium, on the page's main thread; Firefox 153 gives a WebRTC frame as BGRA, whose copyTo
-// took 12 ms at 720p against 8 for the canvas). Samples are taken while a first move is awaited, and every IDLE_SAMPLE_MS while the
-// input is still; `summary().sampleMs` says what one costs. A first move on a picture that was
+// took 12 ms at 720p against 8 for the canvas). Samples are taken while a first move is
+// awaited, and every IDLE_SAMPLE_MS while the input is still; `summary().sampleMs` says what
+// one costs. A first move on a picture that was
 // changing by itself (an animated scene) is counted as `moving`, not measured. Call `onSteer`
 // after the input has been sent: the reference sample is taken there.
 
@@ -229,31 +230,21 @@ function grabFrame(video) {
 }
 
 const LUMA_FIRST = new Set(['I420', 'I420A', 'I422', 'I422A', 'I444', 'I444A', 'NV12']);
-const RGB_ORDER = { RGBA: [0, 1, 2], RGBX: [0, 1, 2], BGRA: [2, 1, 0], BGRX: [2, 1, 0] };
 
-/** The brightness grid of `frame` (closed here), from its planes as decoded. */
+/** The brightness grid of `frame` (a LUMA_FIRST format; closed here): its luma plane as
+ * decoded, one point every `step` pixels. */
 async function readFrame(frame) {
   try {
     const { width, height } = frame.visibleRect;
-    const format = frame.format;
-    if (!LUMA_FIRST.has(format) && !(format in RGB_ORDER)) return null;
     const buffer = new Uint8Array(frame.allocationSize());
     const [plane] = await frame.copyTo(buffer);
     const step = Math.max(1, Math.floor(width / SAMPLE_COLUMNS));
     const columns = Math.floor(width / step);
     const rows = Math.floor(height / step);
     const levels = new Uint8Array(columns * rows);
-    const order = RGB_ORDER[format];
     for (let r = 0; r < rows; r += 1) {
       const line = plane.offset + r * step * plane.stride;
-      for (let c = 0; c < columns; c += 1) {
-        if (!order) {
-          levels[r * columns + c] = buffer[line + c * step];
-        } else {
-          const at = line + 4 * c * step;
-          levels[r * columns + c] = (buffer[at + order[0]] + 2 * buffer[at + order[1]] + buffer[at + order[2]]) >> 2;
-        }
-      }
+      for (let c = 0; c < columns; c += 1) levels[r * columns + c] = buffer[line + c * step];
     }
     return { columns, rows, levels };
   } finally {

@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 
 from render_server.config import Resolution
-from render_server.encode.pyav_encoder import PyavVideoEncoder
+from render_server.encode.pyav_encoder import ENDLESS_GOP, PyavVideoEncoder
+from render_server.encode.x264 import VBV_FRAMES  # as libx264: a keyframe borrows a few frames
 
 # SVT-AV1 4.1's fastest preset in its real-time mode (rtc=1; 12 and 13 map to 11): ~4.4 ms a
 # 720p frame here, ~30 ms a keyframe.
 PRESET = 11
-ENDLESS_GOP = 2**31 - 1
-VBV_FRAMES = 3.0
 
 
 def svtav1_options(threads: int | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Final, Literal
 import av
 
 from render_server.config import Resolution
-from render_server.encode.pyav_encoder import PyavVideoEncoder
+from render_server.encode.pyav_encoder import ENDLESS_GOP, PyavVideoEncoder
 
 NvencCodec = Literal["h264", "hevc", "av1"]
 NVENC_CODECS: Final[dict[NvencCodec, tuple[str, str]]] = {
@@ -18,9 +18,6 @@ NVENC_CODECS: Final[dict[NvencCodec, tuple[str, str]]] = {
 }
 # RTP codec → NVENC codec, for the codecs a worker's sessions may be sent in
 NVENC_NAMES: Final[dict[str, NvencCodec]] = {"H264": "h264", "AV1": "av1"}
-# NVENC has no "infinite" through libavcodec's gop_size: a GOP this long never ends in practice
-# (over a year at 60 fps); keyframes come from requests (forced IDR) only.
-ENDLESS_GOP: Final = 2**31 - 1
 
 
 def nvenc_options(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fractions
+import functools
 import logging
 import time
 
@@ -15,6 +16,9 @@ from render_server.encode.protocol import EncodedPacket
 log = logging.getLogger(__name__)
 
 VIDEO_TIME_BASE = fractions.Fraction(1, 90000)  # the RTP clock of every video codec
+# libavcodec's gop_size has no "infinite" for NVENC, libvpx or SVT-AV1: a GOP this long never
+# ends in practice (over a year at 60 fps); keyframes come from requests (forced IDR) only.
+ENDLESS_GOP = 2**31 - 1
 # encoders that take a new bit rate only by reopening: a change this big (relative) or more ...
 RETARGET_STEP = 0.25
 # ... and at most once per this many seconds (each reopen costs a keyframe)
@@ -114,20 +118,17 @@ class PyavVideoEncoder:
         self.height = height
         self.pix_fmt = pix_fmt
         self.max_bitrate = bitrate
-        self._fps = fps
-        self._options = options
-        self._gop_size = gop_size
-        self._vbv_frames = vbv_frames
-        self._constant_rate = constant_rate
-        self._threads = threads
+        # the same context at another bit rate: what a reopen (`retarget_by_reopening`) opens
+        self._open_at = functools.partial(
+            open_codec_context, codec_name, width, height, fps, options=options,
+            pix_fmt=pix_fmt, gop_size=gop_size, vbv_frames=vbv_frames,
+            constant_rate=constant_rate, threads=threads,
+        )  # fmt: skip
         self._retarget_by_reopening = retarget_by_reopening
         self._reopen_at: int | None = None  # a bit rate to reopen at before the next frame
         self._opened_at = time.monotonic()
         self.reopens = 0
-        ctx = open_codec_context(
-            codec_name, width, height, fps, bitrate, options, pix_fmt, gop_size, vbv_frames,
-            prime, constant_rate, threads,
-        )  # fmt: skip
+        ctx = self._open_at(bitrate=bitrate, prime=prime)
         self._idr_next = pix_fmt == "cuda"  # the decoder never sees the primed picture
         self._ctx: av.VideoCodecContext | None = ctx
 
@@ -170,11 +171,7 @@ class PyavVideoEncoder:
             return False
         target, self._reopen_at = self._reopen_at, None
         self._end(self._ctx)
-        self._ctx = open_codec_context(
-            self.codec_name, self.width, self.height, self._fps, target, self._options,
-            self.pix_fmt, self._gop_size, self._vbv_frames, None, self._constant_rate,
-            self._threads,
-        )  # fmt: skip
+        self._ctx = self._open_at(bitrate=target)
         self._opened_at = time.monotonic()
         self.reopens += 1
         log.info("encoder.reopened", extra={"encoder": self.codec_name, "bitrate": target})

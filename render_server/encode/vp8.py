@@ -4,7 +4,8 @@ every WebRTC browser decodes (Firefox as Debian ships it offers no H.264)."""
 from __future__ import annotations
 
 from render_server.config import Resolution
-from render_server.encode.pyav_encoder import PyavVideoEncoder
+from render_server.encode.pyav_encoder import ENDLESS_GOP, PyavVideoEncoder
+from render_server.encode.x264 import VBV_FRAMES  # as libx264: a keyframe borrows a few frames
 
 # Real-time speed: 12 of libvpx's -16..16 (16 fastest). 720p frames of the CPU renderer took
 # 3 ms at 16, 5.5 ms at 8 here; libwebrtc uses -6..-12 on desktop CPUs.
@@ -13,8 +14,6 @@ CPU_USED = 12
 # renderer's threads and the browser on the same cores its threads waited on each other
 # (encode p95 168 ms at 720p with two threads, 13 ms with one, beside Chromium on two cores).
 THREADS = 1
-ENDLESS_GOP = 2**31 - 1  # keyframes on request only (start, PLI/FIR)
-VBV_FRAMES = 3.0  # as libx264's: a keyframe may borrow a few frames' budget
 # A keyframe of at most this many frames' worth of bits (percent of a frame's budget): without
 # it libvpx made 17-frame keyframes at 4 Mbit/s, a burst that stalls a narrow link.
 MAX_INTRA_RATE_PCT = 300

@@ -226,8 +226,7 @@ class StreamSession:
         except Exception as exc:  # an encoder that does not open: libvpx missing, NVENC full
             self.log.warning("session.codec_failed", extra={"codec": codec, "error": str(exc)})
             raise SessionNegotiationError(f"the {codec} encoder did not open: {exc}") from exc
-        max_macroblocks, max_fps = decoder_limits(sdp, codec)
-        self.input.limit_codec(None if max_macroblocks is None else int(max_macroblocks), max_fps)
+        self.input.limit_codec(*decoder_limits(sdp, codec))
         return codec
 
     async def add_ice_candidate(self, message: IceCandidate) -> None:

@@ -22,7 +22,6 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from render_server.encode.codecs import CODECS
 from render_server.protocol.wire import PROTOCOL_VERSION
 from render_server.tools.signaling_client import json_object, signaling_url
-from render_server.transport.av1_codec import register_av1
 from render_server.transport.playout_delay import register_playout_delay
 from render_server.transport.video_sender import codec_preferences
 
@@ -64,8 +63,7 @@ class FollowingViewer:
 
     def begin(self) -> None:
         """Ask for a session (it may wait in the queue); frames follow when it is served, decoded
-        by aiortc in whichever codec the worker answers (AV1 too, with `register_av1`)."""
-        register_av1()
+        by aiortc in whichever codec the worker answers (AV1 too: video_sender registers it)."""
         register_playout_delay()
         self._http = aiohttp.ClientSession()
         self._runner = asyncio.get_running_loop().create_task(self._run())
@@ -208,7 +206,7 @@ class FollowingViewer:
         transceiver = pc.addTransceiver("video", direction="recvonly")
         # the SDK's order for a browser that decodes all three in software (aiortc's own
         # would put VP8 first)
-        transceiver.setCodecPreferences([c for name in CODECS for c in codec_preferences(name)])
+        transceiver.setCodecPreferences(codec_preferences(*CODECS))
         channel = pc.createDataChannel("input")
         peer = Peer(pc, worker, channel)
         channel.on("message", lambda data: self._on_channel(peer, data))

@@ -16,14 +16,7 @@ from aiortc.rtcpeerconnection import find_common_codecs
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 from aiortc.sdp import SessionDescription
 
-try:  # TEMP until av1_codec lands
-    from render_server.transport.av1_codec import register_av1
-except ImportError:
-
-    def register_av1() -> None:
-        pass
-
-
+from render_server.transport.av1_codec import register_av1
 from render_server.transport.playout_delay import register_playout_delay, request_playout_delay
 from render_server.transport.rtcp_feedback import route_rtcp_feedback
 
@@ -82,12 +75,12 @@ def _positive(value: object) -> float | None:
     return number if number > 0 else None
 
 
-def codec_preferences(codec: str) -> list[RTCRtpCodecCapability]:
-    """`codec` (an RTP name, "H264") and its RTX only: what our encoder makes, and nothing
-    aiortc would pick on its own."""
-    codecs = RTCRtpSender.getCapabilities("video").codecs
-    wanted = (f"video/{codec}".lower(), "video/rtx")
-    return [c for c in codecs if c.mimeType.lower() in wanted]
+def codec_preferences(*codecs: str) -> list[RTCRtpCodecCapability]:
+    """`codecs` (RTP names, "H264"), in that order, and RTX: what our encoders make, and
+    nothing aiortc would pick on its own."""
+    capabilities = RTCRtpSender.getCapabilities("video").codecs
+    wanted = [f"video/{codec}".lower() for codec in codecs] + ["video/rtx"]
+    return [c for mime in wanted for c in capabilities if c.mimeType.lower() == mime]
 
 
 def add_video_sender(

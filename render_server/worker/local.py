@@ -16,7 +16,7 @@ from render_server.backends.choice import Backends
 from render_server.backends.gpu import explain_nvenc_failure
 from render_server.config import Resolution, StreamConfig
 from render_server.encode.av1 import create_svtav1_encoder
-from render_server.encode.codecs import cpu_codecs, sendable
+from render_server.encode.codecs import sendable
 from render_server.encode.nvenc import NVENC_NAMES, create_nvenc_encoder
 from render_server.encode.protocol import Encoder
 from render_server.encode.replay import ReplayEncoder, ReplayPictures, replay_clip
@@ -76,9 +76,7 @@ class LocalWorker:
     def codecs(self) -> tuple[str, ...]:
         """What this worker's sessions may be sent in, its preferred first: the codecs asked
         for (`--codecs`) that an encoder here makes (a replayed clip is H.264 only)."""
-        if self.backends.encoder == "replay":
-            return sendable(self.stream.codecs, ("H264",))
-        return sendable(self.stream.codecs, (*self.backends.nvenc_codecs, *cpu_codecs()))
+        return sendable(self.stream.codecs, self.backends.codec_encoders)
 
     @property
     def capabilities(self) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, FrameDecoder, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
-from render_server.transport.av1_codec import register_av1
 from render_server.transport.receiver_hook import observe_receiver
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
@@ -199,7 +198,6 @@ class StreamProbe:
             self.result.started_size = f"{width}x{height}"
         self.result.state = "negotiating"
 
-        register_av1()  # aiortc itself knows VP8 and H.264 only
         self.pc, receiver, self._channel = signaling.viewer_peer(
             self._on_message, self._on_channel_open, codec=self.config.codec
         )

@@ -25,7 +25,6 @@ from render_server.tools.measure.frames import (
 )
 from render_server.tools.measure.latency import LatencyMatcher
 from render_server.tools.signaling_client import SignalingClient, SignalingError
-from render_server.transport.av1_codec import register_av1
 from render_server.transport.receiver_hook import observe_receiver
 
 
@@ -75,7 +74,6 @@ class LatencyClient:
 
     async def start(self, timeout: float = 20.0) -> None:
         """Open a session, negotiate, and wait for the channel and the first frame."""
-        register_av1()  # aiortc itself knows VP8 and H.264 only
         try:
             self.session_info = await self.signaling.start(timeout)
             self.pc, receiver, self.channel = self.signaling.viewer_peer(
