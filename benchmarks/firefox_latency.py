@@ -12,7 +12,7 @@ page at the same viewport:
 Everything else is the same on both sides: benchmarks/latency.py's window scripts (the SDK's
 LatencyMeter keeps every frame displayed during the drag; the percentiles are over those), a
 left-button drag back and forth across the middle of the video for `--seconds`, then
-`--first-moves` short drags each after 0.7 s without input for the SDK's pixel meter
+`--first-moves` short drags each after 1.5 s without input for the SDK's pixel meter
 (client/first-move.js: input event → first displayed frame whose pixels changed). Chromium's
 drag is Playwright's (`drag`, `first_move_drags`); Firefox's is a real WebDriver pointer drag
 (`Firefox.drag_over_time`): each sweep one `pointerMove` with a duration, which Marionette

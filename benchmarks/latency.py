@@ -26,7 +26,8 @@ measures both. Headless Chromium drags the mouse over each page for `--seconds`;
 only the frames displayed during the drag count: the percentiles are theirs, and the table
 gives how many frames each side displayed (and decoded) in that window and their rate.
 
-Then, on each side, `--first-moves` short drags, each after 0.7 s without input, for the SDK's
+Then, on each side, `--first-moves` short drags, each after 1.5 s without input (the tools'
+FIRST_MOVE_STILL_MS; it was 0.7 s when the README's figures were measured), for the SDK's
 pixel meter (client/first-move.js): from the first move's input event to the first displayed
 frame whose pixels changed, as a photodiode on the screen would see it (no timing record used).
 That is the figure a designer feels when they start to orbit, and the headline one.

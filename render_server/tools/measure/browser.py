@@ -32,7 +32,10 @@ CHROMIUM_ARGS = (
     "--autoplay-policy=no-user-gesture-required",
 )
 STREAMING_TIMEOUT_MS = 30_000
-FIRST_MOVE_STILL_MS = 700  # before each first move: more than the SDK's STILL_MS (500)
+# Before each first move: more than the SDK's STILL_MS (500), and long enough for the encoder to
+# stop refining the still picture (its repeats kept changing pixels 0.4-0.7 s after a drag, and
+# with 0.7 s the meter counted one run in three's moves as `moving`, not measured)
+FIRST_MOVE_STILL_MS = 1500
 FIRST_MOVE_HOLD_MS = 300  # the short drag after it, then the button is released
 
 
