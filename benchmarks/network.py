@@ -1,5 +1,7 @@
-"""Streams over impaired links in the network lab (tests/netlab.py), each against the same
-stream on a clean link (or the direct path) measured in the same run.
+"""Streams over impaired links in the network lab (tests/netlab.py): our paced send path
+(transport-cc congestion control, pacer, NACK history by time) against stock aiortc's sender
+(`--send-path stock`: REMB only, bursts, 128 packets of history) on the same link in the same
+run, and each against a clean link (or the direct path).
 
 1. Chromium on a lossy link: `render-server serve` (CPU renderer, 1280x720 at 30 fps) in the
    lab's server namespace, headless Chromium in its client namespace (Playwright launches it
@@ -7,12 +9,14 @@ stream on a clean link (or the direct path) measured in the same run.
    displayed (requestVideoFrameCallback), their rate, freezes (a gap over three frame
    intervals) and the longest gap, input-to-photon from the SDK's meter. First on a clean
    link with the same round trip (the baseline), then on 40 ms RTT, 2 % random loss each way,
-   8 Mbit/s: the issue's first target is ≥ 29 fps and no freeze over 200 ms.
-2. TURN: the Python latency client in the client namespace, direct, then relay-only through a
+   8 Mbit/s: the issue's first target is ≥ 29 fps and no freeze over 200 ms. Each link is
+   run against both send paths (two servers side by side), alternating.
+2. The step 20 → 2 → 20 Mbit/s with each send path in turn (the plot overlays them).
+3. TURN: the Python latency client in the client namespace, direct, then relay-only through a
    coturn beside the server (UDP), alternating `--runs` times on a 20 ms link; glass-to-glass
    p50 of each (the issue's target: the relay within 5 ms of the direct path).
 
-    python benchmarks/network.py [--seconds 10] [--runs 3] [--json]
+    python benchmarks/network.py [--seconds 10] [--runs 3] [--paths paced,stock] [--json]
 
 Root only (namespaces); needs coturn's `turnserver` for part 2.
 """
@@ -61,16 +65,21 @@ def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
     }
 
 
-def lossy_link(seconds: float) -> dict[str, Any]:
+STREAM = ("--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
+PORTS = {"paced": 8080, "stock": 8081}
+
+
+def lossy_link(seconds: float, paths: list[str]) -> dict[str, Any]:
     clean = LinkProfile(rtt_ms=40)
     lossy = LinkProfile(rtt_ms=40, loss=0.02, rate_kbit=8000)
     out: dict[str, Any] = {}
     with NetLab(clean) as lab:
-        url = lab.serve(8080, "--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
+        urls = {p: lab.serve(PORTS[p], *STREAM, "--send-path", p) for p in paths}
         for name, profile in (("clean 40 ms", clean), ("40 ms, 2 % loss, 8 Mbit/s", lossy)):
             lab.set_profile(profile)
-            print(f"chromium over {name} ...", file=sys.stderr, flush=True)
-            out[name] = chromium_run(lab, url, seconds)
+            for path in paths:
+                print(f"chromium over {name}, {path} ...", file=sys.stderr, flush=True)
+                out[f"{name} · {path}"] = chromium_run(lab, urls[path], seconds)
     return out
 
 
@@ -111,13 +120,13 @@ while time.time() < until:
 """
 
 
-def step(before_s: float, low_s: float, after_s: float, plot: Path | None) -> dict[str, Any]:
+def step(before_s: float, low_s: float, after_s: float, path: str) -> dict[str, Any]:
     """Chromium dragging all along while the link steps 20 → 2 → 20 Mbit/s (40 ms RTT); the
     frames shown, their glass-to-glass and the encoder's target over time."""
     high, low = LinkProfile(rtt_ms=40, rate_kbit=20000), LinkProfile(rtt_ms=40, rate_kbit=2000)
     total = before_s + low_s + after_s
     with NetLab(high) as lab:
-        url = lab.serve(8080, "--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
+        url = lab.serve(PORTS[path], *STREAM, "--send-path", path)
         poller = lab.popen(
             "client", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
             stdout=subprocess.PIPE, text=True,
@@ -146,10 +155,7 @@ def step(before_s: float, low_s: float, after_s: float, plot: Path | None) -> di
         raise RuntimeError(f"Chromium in the lab: {err[-1500:]}")
     summary = json.loads(out)
     bitrate = [tuple(map(float, line.split())) for line in (first + rest).splitlines() if line]
-    result = timeline(summary["shown"], summary["g2g"], bitrate, steps)
-    if plot is not None:
-        draw(result, plot)
-    return result
+    return timeline(summary["shown"], summary["g2g"], bitrate, steps)
 
 
 def timeline(
@@ -189,24 +195,28 @@ def timeline(
     }
 
 
-def draw(result: dict[str, Any], path: Path) -> None:
+def draw(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    frames, latency, target = result["frames"], result["latency"], result["target"]
-    axes[0].plot([t for t, _ in frames], [g for _, g in frames], lw=0.8)
+    for name, result in results.items():
+        frames, latency, target = result["frames"], result["latency"], result["target"]
+        axes[0].plot([t for t, _ in frames], [g for _, g in frames], lw=0.8, label=name)
+        axes[1].plot([t for t, _ in latency], [ms for _, ms in latency], lw=0.8, label=name)
+        axes[2].plot([t for t, _ in target], [bps / 1e6 for _, bps in target], lw=1.0,
+                     label=name)  # fmt: skip
     axes[0].set_ylabel("gap between frames (ms)")
-    axes[1].plot([t for t, _ in latency], [ms for _, ms in latency], lw=0.8)
     axes[1].set_ylabel("glass-to-glass (ms)")
-    axes[2].plot([t for t, _ in target], [bps / 1e6 for _, bps in target], lw=1.0)
     axes[2].set_ylabel("encoder target (Mbit/s)")
     axes[2].set_xlabel("seconds from the step down to 2 Mbit/s")
+    axes[0].legend()
+    step_up = next(iter(results.values()))["step_up_s"]
     for ax in axes:
         ax.axvline(0, color="red", lw=0.8)
-        ax.axvline(result["step_up_s"], color="green", lw=0.8)
+        ax.axvline(step_up, color="green", lw=0.8)
     fig.suptitle("1280x720@30 in Chromium, 40 ms RTT, 20 → 2 → 20 Mbit/s")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -233,11 +243,11 @@ def relay_vs_direct(runs: int) -> dict[str, Any]:
     return results
 
 
-def print_step(r: dict[str, Any], plot: Path) -> None:
+def print_step(r: dict[str, Any], plot: Path, path: str) -> None:
     def s(value: float | None) -> str:
         return "never" if value is None else f"{value:.1f} s"
 
-    print("Step 20 → 2 → 20 Mbit/s at 40 ms RTT, Chromium dragging, 1280x720@30:")
+    print(f"Step 20 → 2 → 20 Mbit/s at 40 ms RTT, Chromium dragging, 1280x720@30, {path}:")
     print(
         f"  longest gap between frames while at 2 Mbit/s: "
         f"{r['longest_gap_after_step_ms']:.0f} ms (target: no freeze over 500 ms)"
@@ -266,27 +276,32 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, default=Path("network-step.png"),
                         help="the step's time series (PNG)")  # fmt: skip
     parser.add_argument("--only", choices=("links", "step", "relay"))
+    parser.add_argument("--paths", default="paced,stock",
+                        help="send paths to compare (paced, stock)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     unavailable = lab_available()
     if unavailable:
         print(f"network.py: {unavailable}", file=sys.stderr)
         return 2
-    links = lossy_link(args.seconds) if args.only in (None, "links") else {}
-    stepped = step(6.0, 8.0, 12.0, args.plot) if args.only in (None, "step") else None
+    paths = [p for p in args.paths.split(",") if p]
+    links = lossy_link(args.seconds, paths) if args.only in (None, "links") else {}
+    stepped = {p: step(6.0, 8.0, 12.0, p) for p in paths} if args.only in (None, "step") else None
+    if stepped:
+        draw(stepped, args.plot)
     relay = relay_vs_direct(args.runs) if args.only in (None, "relay") else {}
     if args.json:
         print(json.dumps({"links": links, "step": stepped, "relay": relay}, indent=2))
         return 0
-    if stepped is not None:
-        print_step(stepped, args.plot)
+    for path, result in (stepped or {}).items():
+        print_step(result, args.plot, path)
     if not links and not relay:
         return 0
     print("Chromium, 1280x720 at 30 fps, drag window (ms)")
-    print(f"{'link':<28}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}{'freezes':>9}"
-          f"{'>200ms':>8}{'longest':>9}")  # fmt: skip
+    print(f"{'link · send path':<36}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
+          f"{'freezes':>9}{'>200ms':>8}{'longest':>9}")  # fmt: skip
     for name, r in links.items():
-        print(f"{name:<28}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
+        print(f"{name:<36}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
               f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{r['freezes_over_200ms']:>8}"
               f"{r['longest_gap_ms']:>9.0f}")  # fmt: skip
     if not relay:

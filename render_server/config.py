@@ -23,6 +23,8 @@ NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
 NvencInput = Literal["device", "host"]
 PlayoutDelay = Literal["low", "zero", "off"]  # see transport/playout_delay.py
 PLAYOUT_DELAYS: tuple[PlayoutDelay, ...] = ("low", "zero", "off")
+SendPathName = Literal["paced", "stock"]  # see transport/send_path.py
+SEND_PATHS: tuple[SendPathName, ...] = ("paced", "stock")
 NVENC_INPUTS: tuple[NvencInput, ...] = ("device", "host")
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -109,8 +111,13 @@ class StreamConfig:
     # the codecs the worker may send, in the order it prefers them where a browser ranks none
     # (encode/codecs.py); None: every codec it has an encoder for
     codecs: tuple[str, ...] | None = None
+    # paced: transport-cc congestion control, a pacer and a NACK history sized by time;
+    # stock: aiortc's own sender (REMB, bursts, 128 packets of history), the baseline
+    send_path: SendPathName = "paced"
 
     def __post_init__(self) -> None:
+        if self.send_path not in SEND_PATHS:
+            raise ConfigError(f"send path {self.send_path!r} is not paced or stock")
         if self.playout_delay not in PLAYOUT_DELAYS:
             raise ConfigError(f"playout delay {self.playout_delay!r} is not low, zero or off")
         if self.idle_fps is not None and not (0.5 <= self.idle_fps <= MAX_FPS):

@@ -96,6 +96,13 @@ class Metrics:
             ["session"],
             registry=r,
         )
+        self.bandwidth_steps = Counter(
+            "worker_bandwidth_steps",
+            "Times a session's stream stepped its size or frame rate down (or back up) because "
+            "the congestion controller's target stayed too low for it (or recovered)",
+            ["direction"],
+            registry=r,
+        )
         self.overload_steps = Counter(
             "worker_overload_steps",
             "Times a session lowered its frame rate because the worker could not keep up",

@@ -21,6 +21,7 @@ from render_server.config import (
     NVENC_PRESETS,
     PLAYOUT_DELAYS,
     RENDERERS,
+    SEND_PATHS,
     ConfigError,
     Resolution,
     ServerConfig,
@@ -134,6 +135,12 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "--playout-delay", choices=PLAYOUT_DELAYS, default=env("playout_delay", s.playout_delay),
         help="what browsers are asked to do with frames (RTP playout-delay): low = their "
         "low-latency renderer, zero = show at once, off = their own smoothing (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--send-path", choices=SEND_PATHS, default=env("send_path", s.send_path),
+        help="paced = transport-cc congestion control, pacing and a NACK history of 1.5 s; "
+        "stock = aiortc's own sender (REMB only, bursts, 128 packets), for comparison "
+        "(%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--connect-timeout", type=float, default=env("connect_timeout", s.connect_timeout_s),
@@ -332,6 +339,7 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         idle_timeout_s=args.idle_timeout or None,
         idle_fps=args.idle_fps,
         playout_delay=args.playout_delay,
+        send_path=args.send_path,
         codecs=_codecs(args.codecs),
     )
 

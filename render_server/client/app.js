@@ -55,10 +55,19 @@ stream.addEventListener('stats', ({ detail: s }) => {
   $('stat-buffer').textContent = ms(s.jitterBufferDelayMs);
   $('stat-decode').textContent = ms(s.decodeMs);
   $('stat-rtt').textContent = ms(s.rttMs);
+  $('stat-estimate').textContent = describeNetwork(s.network);
   showLatency(s.latency);
   $('stat-session').textContent = (s.sessionId || '').slice(0, 8);
   $('stat-session').title = s.sessionId || '';
 });
+
+// the worker's congestion control: its target and, below the size asked for, the step it sends
+function describeNetwork(network) {
+  if (!network) return '–';
+  const rate = network.targetKbps >= 1000 ? `${(network.targetKbps / 1000).toFixed(1)} Mbps` : `${network.targetKbps} kbps`;
+  const step = network.step ? ` · step ${network.step}: ${network.width}×${network.height}@${network.fps}` : '';
+  return `${rate}${step}`;
+}
 
 const STAGE_LABELS = {
   input: 'input', wait: 'wait for frame', render: 'render', encode: 'encode', send: 'send',

@@ -120,7 +120,30 @@ export interface StreamStats {
   nackCount: number;
   pliCount: number;
   quality: AppliedQuality | null;
+  network: NetworkFigures | null;
   latency: StreamLatency;
+}
+
+/** The worker's view of the path, once a second (paced send path only). */
+export interface NetworkFigures {
+  type: 'network';
+  /** "transport-cc" (the browser's feedback drives the estimate), "remb" or "waiting" */
+  mode: string;
+  estimateKbps: number;
+  /** what the encoder aims at: the estimate within the stream's bitrate and the page's cap */
+  targetKbps: number;
+  pacingKbps: number;
+  lossPercent: number;
+  rttMs: number | null;
+  queueMs: number;
+  probing: boolean;
+  /** 0: the size and frame rate asked for; higher: a smaller size, then fewer frames */
+  step: number;
+  width: number;
+  height: number;
+  fps: number;
+  resent: number;
+  resendMissing: number;
 }
 
 /** Latency stages in order: the input's, then a frame's from its start to the glass. */

@@ -123,6 +123,7 @@ export class RenderStream extends EventTarget {
     this.resumeToken = null;
     this.position = null;
     this.quality = null;  // the worker's last `quality` message: what it renders now, its limits
+    this.network = null;  // the worker's last `network` message: its estimate of the path, the step
     this.ws = null;
     this.pc = null;
     this.input = null;
@@ -486,6 +487,8 @@ export class RenderStream extends EventTarget {
         this._windowPeer = this.pc;
         this._sendQuality().catch(() => {});
       }
+    } else if (message.type === 'network') {
+      this.network = message;
     } else if (message.type === 'error') {
       this.dispatchEvent(new CustomEvent('error', { detail: message }));
     }
@@ -594,7 +597,8 @@ export class RenderStream extends EventTarget {
    * The current figures: fps, kbps, width, height, codec, rttMs, packetsLost, lossPercent,
    * jitterMs, jitterBufferDelayMs, decodeMs, framesDecoded, framesDropped, freezeCount,
    * nackCount, pliCount (rates over the time since the last periodic `stats` event), the
-   * worker's `quality` and `latency` (as `latency()`).
+   * worker's `quality`, its `network` (congestion control: estimateKbps, targetKbps, step, ...;
+   * null before the first or on a worker without it) and `latency` (as `latency()`).
    */
   async stats() {
     return this._stats(false);
@@ -641,6 +645,7 @@ export class RenderStream extends EventTarget {
       nackCount: inbound.nackCount || 0,
       pliCount: inbound.pliCount || 0,
       quality: this.quality,
+      network: this.network,
       latency: this.latency(),
     };
   }

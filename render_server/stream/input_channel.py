@@ -38,6 +38,7 @@ from render_server.protocol.data_channel import (
 from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.timing import now_ms
 from render_server.render.camera import OrbitCamera
+from render_server.stream.bandwidth_steps import FULL, Step
 from render_server.stream.controls import CameraController
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
@@ -91,6 +92,7 @@ class InputChannel:
         self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
         self._rate_noticed_at = 0.0
         self._format_errors_seen = 0
+        self.step = FULL  # the bandwidth step the stream is sent at (stream/bandwidth_steps.py)
         self.guard = HandlerGuard(log)  # for every handler the session hangs on aiortc
 
     def set_role(self, role: str) -> None:
@@ -129,6 +131,20 @@ class InputChannel:
     def announce_quality(self, **extra: Any) -> None:
         """The `quality` message with the figures as they are, plus `extra` fields."""
         self.send({**self.quality_limits.message(self.quality), **extra})
+
+    def sent_format(self) -> tuple[Resolution, float]:
+        """The size and frame rate sent: the page's, at the bandwidth step."""
+        return self.step.apply(self.quality.resolution, self.quality.fps)
+
+    def set_step(self, step: Step) -> None:
+        """Send the page's size and rate at bandwidth step `step` from the next frame on."""
+        before = self.sent_format()
+        self.step = step
+        after = self.sent_format()
+        if after != before:
+            self.pipeline.request_format(*after)
+        if after[1] != before[1]:
+            self._on_fps(after[1])
 
     # -- per frame --------------------------------------------------------------------------
 
@@ -229,11 +245,13 @@ class InputChannel:
         """Clamp the request, hand the change to the pipeline and the frame rate, and answer
         with the figures applied."""
         old, new = self.quality, self.quality_limits.clamp(self.quality, request)
+        sent_before = self.sent_format()
         self.quality = new
-        if (new.resolution, new.fps) != (old.resolution, old.fps):
-            self.pipeline.request_format(new.resolution, new.fps)
-        if new.fps != old.fps:
-            self._on_fps(new.fps)
+        sent = self.sent_format()
+        if sent != sent_before:
+            self.pipeline.request_format(*sent)
+        if sent[1] != sent_before[1]:
+            self._on_fps(sent[1])
         if new.max_kbps != old.max_kbps:
             limit = self.quality_limits.max_kbps
             self.pipeline.request_bitrate_cap(new.max_kbps * 1000 if new.max_kbps < limit else None)

@@ -45,6 +45,7 @@ class SessionMonitor:
         fps: float,
         current_track: Callable[[], EncodedVideoTrack[OrbitCamera] | None],
         set_fps: Callable[[float], None],
+        on_second: Callable[[], None] | None = None,
     ) -> None:
         self.log = log
         self.metrics = metrics
@@ -56,6 +57,7 @@ class SessionMonitor:
         self.dropped_ticks = 0  # by the tracks of earlier peers
         self._current_track = current_track
         self._set_fps = set_fps
+        self._on_second = on_second
         self._label = session_id[:12]
         # looked up once: every frame observes four of them
         self._stages = {stage: metrics.frame_stage_seconds.labels(stage) for stage in STAGES}
@@ -142,6 +144,8 @@ class SessionMonitor:
                     m.session_cpu.labels(label).set(cpu)
                 sends, self._send_ms = self._send_ms, []
                 m.session_send_ms.labels(label).set(sum(sends) / len(sends) if sends else 0.0)
+                if self._on_second is not None:
+                    self._on_second()
                 if track is None:
                     continue
                 if track is not track_seen:

@@ -22,6 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from render_server.encode.codecs import CODECS
 from render_server.protocol.wire import PROTOCOL_VERSION
 from render_server.tools.signaling_client import json_object, signaling_url
+from render_server.transport.feedback_generator import send_transport_feedback
 from render_server.transport.playout_delay import register_playout_delay
 from render_server.transport.video_sender import codec_preferences
 
@@ -204,6 +205,7 @@ class FollowingViewer:
         await self._drop_peer()
         pc = RTCPeerConnection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
+        send_transport_feedback(transceiver.receiver)  # as a browser's: the worker paces on it
         # the SDK's order for a browser that decodes all three in software (aiortc's own
         # would put VP8 first)
         transceiver.setCodecPreferences(codec_preferences(*CODECS))

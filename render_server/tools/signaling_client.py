@@ -27,6 +27,7 @@ from aiortc import (
 from render_server.protocol.errors import ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.wire import PROTOCOL_VERSION
+from render_server.transport.feedback_generator import send_transport_feedback
 from render_server.transport.playout_delay import register_playout_delay
 from render_server.transport.video_sender import codec_preferences
 
@@ -137,10 +138,12 @@ class SignalingClient:
         transceiver that offers `codec` only (as the SDK's `codecs` option does; aiortc would
         put VP8 first), then the `input` data channel, whose messages go to `on_message`. Like
         Chromium it offers the playout-delay extension, so the worker sends what it would send
-        a browser (the extension on every packet)."""
+        a browser (the extension on every packet), and like a browser its receiver sends
+        transport-cc feedback, which the worker's congestion controller runs on."""
         register_playout_delay()
         pc = self.peer_connection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
+        send_transport_feedback(transceiver.receiver)
         transceiver.setCodecPreferences(codec_preferences(codec))
         channel = pc.createDataChannel("input")
         channel.on("open", on_open)

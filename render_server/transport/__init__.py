@@ -9,11 +9,24 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
 - `rtcp_feedback`: wraps `RTCRtpSender._send_keyframe` and `_handle_rtcp_packet`, reads
   `RTCRtpSender._ssrc`.
 - `playout_delay`: appends to `aiortc.codecs.HEADER_EXTENSIONS`, replaces
-  `RTCRtpSender.__rtp_header_extensions_map`.
+  `RTCRtpSender.__rtp_header_extensions_map` with `header_extensions.SenderExtensionsMap`
+  (playout delay and the transport-wide sequence number's placeholder).
+- `send_path` (the paced path: `pacer` and the sans-IO `congestion` controller behind it):
+  appends the transport-cc header extension and RTCP feedback to aiortc's video codecs, wraps
+  `RTCDtlsTransport._send_rtp` (RTP is queued and paced, numbered as it leaves) and
+  `_handle_rtcp_data` (transport feedback read out before aiortc sees the datagram), wraps
+  `RTCRtpSender._retransmit` (retransmissions first), and for probes reads the sender's
+  `_RTCRtpSender__rtp_history`, `__rtx_payload_type`, `_rtx_ssrc` and advances
+  `__rtx_sequence_number`.
 - `timing.watch_sent_packets`: wraps `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
   `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX
   map.
+- `feedback_generator.send_transport_feedback` (the measuring clients' side: aiortc sends no
+  transport-cc feedback): replaces `RTCRtpReceiver._handle_rtp_packet` on the instance, wrapping
+  whatever is there (so it composes with `receiver_hook` in either order), sends through
+  `RTCRtpReceiver._send_rtcp`, reads its private `__rtcp_ssrc` and `__rtcp_task`
+  (`transport_feedback`, the wire format it writes, is pure and patches nothing).
 - `av1_codec.register_av1` (AV1, which aiortc lacks; `av1_rtp` is its pure payload format):
   appends to `aiortc.codecs.CODECS["video"]`, widens `aiortc.rtp.DYNAMIC_PAYLOAD_TYPES` to
   35-63 (Chromium's AV1 payload types), wraps `aiortc.rtcpeerconnection.is_codec_compatible`

@@ -13,67 +13,46 @@ costs an interactive stream a third of its budget. The playout-delay extension
 - `off` sends no extension: the browser's own smoothing.
 
 aiortc knows neither the extension nor how to write it, so this module registers it for
-negotiation (Chromium offers it) and gives a sender a header-extension map that writes it into
-every packet.
+negotiation (Chromium offers it) and gives a sender a header-extension map
+(`header_extensions.SenderExtensionsMap`) that writes it into every packet.
 
-Checked against aiortc 1.16: the module-level list `aiortc.codecs.HEADER_EXTENSIONS`, the
-private `RTCRtpSender.__rtp_header_extensions_map`, and `HeaderExtensionsMap.set`'s signature.
+Checked against aiortc 1.16: the module-level list `aiortc.codecs.HEADER_EXTENSIONS` and the
+private `RTCRtpSender.__rtp_header_extensions_map`.
 """
 
 from __future__ import annotations
 
-from struct import pack
 from typing import Any
 
 from aiortc import codecs
-from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
-from aiortc.rtp import (
-    HeaderExtensions,
-    HeaderExtensionsMap,
-    pack_header_extensions,
-    unpack_header_extensions,
-)
+from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters
 
-PLAYOUT_DELAY_URI = "http://www.webrtc.org/experiments/rtp-hdrext/playout-delay"
+from render_server.transport.header_extensions import PLAYOUT_DELAY_URI, SenderExtensionsMap
+
+__all__ = ["PLAYOUT_DELAY_URI", "register_playout_delay", "request_playout_delay"]
 
 
 def register_playout_delay() -> None:
     """Offer and answer the extension for video (process-wide: aiortc keeps one list)."""
+    register_video_extension(PLAYOUT_DELAY_URI)
+
+
+def register_video_extension(uri: str) -> None:
+    """Offer and answer header extension `uri` for video, on an id of its own. Idempotent."""
     video = codecs.HEADER_EXTENSIONS["video"]
-    if not any(ext.uri == PLAYOUT_DELAY_URI for ext in video):
-        video.append(RTCRtpHeaderExtensionParameters(id=len(video) + 1, uri=PLAYOUT_DELAY_URI))
-
-
-class PlayoutDelayExtensionsMap(HeaderExtensionsMap):
-    """aiortc's map, plus playout delay (min, max in 10 ms units) on every packet it writes."""
-
-    def __init__(self, min_10ms: int = 0, max_10ms: int = 0) -> None:
-        super().__init__()
-        self._id: int | None = None
-        # 12 bits each: min then max
-        self._value = pack("!I", (min_10ms & 0xFFF) << 12 | (max_10ms & 0xFFF))[1:]
-
-    def configure(self, parameters: RTCRtpParameters) -> None:
-        super().configure(parameters)
-        self._id = next(
-            (e.id for e in parameters.headerExtensions if e.uri == PLAYOUT_DELAY_URI), None
-        )
-
-    def set(self, values: HeaderExtensions) -> tuple[int, bytes]:
-        profile, data = super().set(values)
-        if self._id is None:
-            return profile, data
-        extensions = list(unpack_header_extensions(profile, data)) if data else []
-        extensions.append((self._id, self._value))
-        return pack_header_extensions(extensions)
+    if not any(ext.uri == uri for ext in video):
+        # ids are shared by audio and video under BUNDLE: one neither uses
+        used = {ext.id for kind in codecs.HEADER_EXTENSIONS.values() for ext in kind}
+        free = next(i for i in range(1, 15) if i not in used)
+        video.append(RTCRtpHeaderExtensionParameters(id=free, uri=uri))
 
 
 _BOUNDS_10MS = {"low": (0, 50), "zero": (0, 0)}
 
 
-def request_playout_delay(sender: Any, mode: str) -> None:
-    """Make `sender` (before it starts) ask the receiver for playout delay `mode`."""
-    if mode in _BOUNDS_10MS:
-        sender._RTCRtpSender__rtp_header_extensions_map = PlayoutDelayExtensionsMap(
-            *_BOUNDS_10MS[mode]
-        )
+def request_playout_delay(sender: Any, mode: str, transport_cc: bool = False) -> None:
+    """Make `sender` (before it starts) ask the receiver for playout delay `mode`, and write
+    the transport-wide sequence number placeholder where `transport_cc`."""
+    bounds = _BOUNDS_10MS.get(mode)
+    if bounds is not None or transport_cc:
+        sender._RTCRtpSender__rtp_header_extensions_map = SenderExtensionsMap(bounds, transport_cc)

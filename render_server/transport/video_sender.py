@@ -19,12 +19,14 @@ from aiortc.sdp import SessionDescription
 from render_server.transport.av1_codec import register_av1
 from render_server.transport.playout_delay import register_playout_delay, request_playout_delay
 from render_server.transport.rtcp_feedback import route_rtcp_feedback
+from render_server.transport.send_path import register_transport_cc
 
 # At import, for the whole process (aiortc keeps one list of codecs and of header extensions):
 # every peer connection made here negotiates AV1 and playout delay, the tools' aiortc clients
 # too; a sender writes the playout delay only where `request_playout_delay` asked for it.
 register_av1()
 register_playout_delay()
+register_transport_cc()
 
 
 def offered_codecs(sdp: str) -> list[str]:
@@ -90,11 +92,14 @@ def add_video_sender(
     on_keyframe_request: Callable[[], None],
     on_receiver_estimate: Callable[[int], None],
     codec: str = "H264",
+    transport_cc: bool = False,
 ) -> RTCRtpTransceiver:
     """Send `track` (already encoded in `codec`) on `pc`, before its offer is applied: PLI/FIR
-    call `on_keyframe_request`, REMB `on_receiver_estimate(bits per second)`."""
+    call `on_keyframe_request`, REMB `on_receiver_estimate(bits per second)`; with
+    `transport_cc` every packet carries the transport-wide sequence number placeholder that
+    `send_path.SendPath` numbers."""
     transceiver = pc.addTransceiver(track, direction="sendonly")
     transceiver.setCodecPreferences(codec_preferences(codec))
     route_rtcp_feedback(transceiver.sender, on_keyframe_request, on_receiver_estimate)
-    request_playout_delay(transceiver.sender, playout_delay)
+    request_playout_delay(transceiver.sender, playout_delay, transport_cc)
     return transceiver

@@ -164,6 +164,7 @@ class LocalWorker:
             # a replayed clip moves on every frame: it never stands still
             idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
             playout_delay=self.stream.playout_delay,
+            send_path=self.stream.send_path,
             codecs=self.codecs,
         )
 

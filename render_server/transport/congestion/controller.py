@@ -1,0 +1,184 @@
+"""`CongestionController`: a send-side congestion controller after libwebrtc's GoogCC.
+
+Sans-IO: the caller reports every packet it sends and every transport-cc feedback message,
+calls `process` every ~25 ms, and reads the target (for the encoder), the pacing rate (for
+the pacer) and the probe clusters to send (`next_probe`). Every method takes the time; none
+raises on odd input (unknown or repeated sequence numbers, jumps of the receiver's clock,
+time going back: the controller's own time never does).
+
+target = min(delay-based, loss-based, REMB) within [min, max], where the loss-based bound is
+itself kept under the delay-based estimate (as libwebrtc's SendSideBandwidthEstimation is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from .alr import AlrDetector
+from .delay_based import DelayBasedBwe
+from .history import SendHistory
+from .loss import HIGH_LOSS, LossBasedBwe
+from .probing import ProbeBitrateEstimator, ProbeController
+from .rtt import RttEstimator
+from .throughput import AcknowledgedBitrate
+from .types import CongestionState, PacketFeedback, ProbeCluster, SentPacket, is_finite
+
+MIN_BITRATE_FLOOR: Final = 5_000  # kCongestionControllerMinBitrate
+PACING_FLOOR: Final = 300_000  # a keyframe at the minimum bitrate must not take seconds
+
+
+class CongestionController:
+    def __init__(
+        self, start_bitrate: int, min_bitrate: int, max_bitrate: int, pacing_factor: float = 2.5
+    ) -> None:
+        if (
+            not is_finite(start_bitrate, min_bitrate, max_bitrate, pacing_factor)
+            or pacing_factor <= 0
+        ):
+            raise ValueError("the bitrates and the pacing factor must be finite, the factor > 0")
+        self._min, self._max = self._bounds(min_bitrate, max_bitrate)
+        self.start_bitrate = start_bitrate
+        self.pacing_factor = pacing_factor
+        start = min(max(float(start_bitrate), self._min), self._max)
+        self._now: float | None = None  # the latest time seen; never goes back
+        self._remb: float | None = None
+        self._history = SendHistory()
+        self._rtt = RttEstimator()
+        self._throughput = AcknowledgedBitrate()
+        self._delay = DelayBasedBwe(start, self._min, self._max)
+        self._loss = LossBasedBwe(start, self._min, self._max)
+        self._probes = ProbeController(start, self._max)
+        self._probe_estimator = ProbeBitrateEstimator()
+        self._alr = AlrDetector(start)
+
+    @property
+    def min_bitrate(self) -> int:
+        return int(self._min)
+
+    @property
+    def max_bitrate(self) -> int:
+        return int(self._max)
+
+    @property
+    def target_bitrate(self) -> int:
+        target = min(self._delay.estimate, self._loss.estimate)
+        if self._remb is not None:
+            target = min(target, self._remb)
+        return int(min(max(target, self._min), self._max))
+
+    @property
+    def pacing_bitrate(self) -> int:
+        return int(max(self.target_bitrate * self.pacing_factor, PACING_FLOOR))
+
+    def on_packet_sent(self, packet: SentPacket) -> None:
+        if not self._history.add(packet):
+            return
+        self._probes.clock(packet.send_time)
+        self._alr.on_bytes_sent(packet.size, packet.send_time)
+
+    def on_feedback(self, now: float, feedback: Sequence[PacketFeedback]) -> None:
+        t = self._clock(now)
+        if t is None:
+            return
+        matched = self._history.match(feedback)
+        self._loss.on_feedback(matched.lost, matched.reported, t)
+        received = sorted(
+            matched.received, key=lambda r: (r.arrival, r.sent.send_time, r.sent.sequence)
+        )
+        if received:
+            self._update_rtt(t - max(r.sent.send_time for r in received))
+        self._throughput.update(received)
+        for result in received:
+            cluster_id = result.sent.probe_cluster
+            cluster = None if cluster_id is None else self._probes.cluster(cluster_id)
+            if cluster is not None:
+                self._probe_estimator.handle(result, cluster)
+        probe = self._probe_estimator.fetch()
+        delay = self._delay.on_feedback(received, self._throughput.bitrate, probe, t)
+        if delay.updated:
+            if delay.probe and self._loss.fraction_loss <= HIGH_LOSS:
+                self._loss.set_send_bitrate(self._delay.estimate)  # as libwebrtc on a probe
+            self._loss.set_delay_limit(self._delay.estimate)
+        if delay.recovered_from_overuse:
+            self._probes.request_probe(t)
+        self._target_changed(t)
+
+    def on_remb(self, now: float, bitrate: int) -> None:
+        t = self._clock(now)
+        if t is None or not is_finite(bitrate) or bitrate <= 0:
+            return
+        self._remb = float(bitrate)
+        self._target_changed(t)
+
+    def set_bitrates(self, min_bitrate: int, max_bitrate: int) -> None:
+        if not is_finite(min_bitrate, max_bitrate):
+            return
+        self._min, self._max = self._bounds(min_bitrate, max_bitrate)
+        self._delay.set_bounds(self._min, self._max)
+        self._loss.set_bounds(self._min, self._max)
+        self._probes.set_max(self._max, self._now)
+        if self._now is not None:
+            self._target_changed(self._now)
+
+    def process(self, now: float) -> None:
+        t = self._clock(now)
+        if t is None:
+            return
+        self._loss.update(t)
+        # a probe can only lift the delay-based estimate: no use while loss or REMB hold the
+        # target down
+        estimate = min(self._delay.estimate, self._loss.estimate)
+        may_probe = self._loss.fraction_loss <= HIGH_LOSS and (
+            self._remb is None or self._remb > estimate
+        )
+        self._probes.process(t, self._alr.start_time, may_probe)
+        self._target_changed(t)
+
+    def next_probe(self, now: float) -> ProbeCluster | None:
+        """The next probe cluster to send, once; ask again when it has been sent."""
+        if not is_finite(now):
+            return None
+        return self._probes.pop(now)
+
+    def state(self) -> CongestionState:
+        acknowledged = self._throughput.bitrate
+        return CongestionState(
+            target=self.target_bitrate,
+            pacing=self.pacing_bitrate,
+            delay_based=int(self._delay.estimate),
+            loss_based=int(self._loss.estimate),
+            remb=None if self._remb is None else int(self._remb),
+            acknowledged=None if acknowledged is None else int(acknowledged),
+            usage=self._delay.usage.value,
+            loss=self._loss.fraction_loss,
+            rtt=self._rtt.rtt,
+            probing=self._probes.probing,
+        )
+
+    def _update_rtt(self, sample: float) -> None:
+        self._rtt.add(sample)
+        rtt = self._rtt.rtt
+        if rtt is not None:
+            self._delay.set_rtt(rtt)
+            self._loss.rtt = rtt
+
+    def _target_changed(self, now: float) -> None:
+        target = self.target_bitrate
+        self._alr.set_estimate(target)
+        self._probes.set_estimate(target, now)
+
+    def _clock(self, now: float) -> float | None:
+        """`now`, never before a time seen already; None for a time that is not a number."""
+        if not is_finite(now):
+            return None
+        if self._now is not None and now < self._now:
+            now = self._now
+        self._now = now
+        self._probes.clock(now)
+        return now
+
+    @staticmethod
+    def _bounds(min_bitrate: float, max_bitrate: float) -> tuple[float, float]:
+        low = max(float(min_bitrate), MIN_BITRATE_FLOOR)
+        return low, max(float(max_bitrate), low)

@@ -1,0 +1,344 @@
+"""A session's send path: packets paced at the congestion controller's rate, numbered
+transport-wide, and the browser's transport-cc feedback read back into the controller.
+
+aiortc's sender writes each packet straight to its DTLS transport and obeys REMB alone. Here
+the transport's `_send_rtp` queues RTP packets in a `PacingQueue` instead; a task lets them out
+at the controller's pacing rate, writes each its transport-wide sequence number as it leaves
+(`header_extensions` left a placeholder), tells the controller what left when, and sends the
+controller's probe clusters as padding (RTX copies of recent packets, which the receiver
+drops as duplicates). RTCP from the browser passes through `_handle_rtcp_data`, where the
+transport-cc feedback (RTPFB FMT 15, which aiortc would misread as NACKs) goes to the
+controller. Its target reaches the encoder through `on_target`.
+
+A browser that never sends transport-cc feedback (an aiortc client without a feedback
+generator, an old browser) leaves the path in `remb` mode: REMB sets the target, as before,
+and the pacer runs at the stream's maximum.
+
+Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
+`_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc`,
+`_RTCRtpSender__rtp_history`, `_RTCRtpSender__rtx_payload_type`,
+`_RTCRtpSender__rtx_sequence_number` and `_RTCRtpSender__rtp_header_extensions_map`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any, Final
+
+from aiortc import codecs
+from aiortc.rtcrtpparameters import RTCRtcpFeedback
+from aiortc.rtp import is_rtcp, wrap_rtx
+
+from render_server.transport.congestion import (
+    CongestionController,
+    CongestionState,
+    PacketFeedback,
+    ProbeCluster,
+    SentPacket,
+)
+from render_server.transport.header_extensions import TRANSPORT_CC_URI, write_transport_sequence
+from render_server.transport.pacer import PacingQueue
+from render_server.transport.playout_delay import register_video_extension
+from render_server.transport.transport_feedback import split_transport_feedback
+
+log = logging.getLogger(__name__)
+
+PROCESS_INTERVAL_S: Final = 0.025  # the controller's timers, as libwebrtc's 25 ms
+FEEDBACK_WAIT_S: Final = 2.0  # no transport-cc feedback this long after the first packet: REMB
+PACKET_OVERHEAD: Final = 10 + 8 + 20  # SRTP tag, UDP, IPv4: the controller counts wire bytes
+TARGET_STEP: Final = 0.05  # the encoder hears of a target that moved at least this share...
+TARGET_EVERY_S: Final = 1.0  # ...or of any change after this long
+PROBE_PACKET: Final = 1100
+# the controller may estimate this many times the stream's most: the encoder never spends more
+# than the stream's, but the pacer's rate follows the estimate, and a pacer held to 2.5x a
+# 2.8 Mbit/s stream would spread each 720p frame over 13 ms of a path that carries far more
+ESTIMATE_HEADROOM: Final = 4
+
+
+def register_transport_cc() -> None:
+    """Offer and answer transport-cc for video: the header extension and the `transport-cc`
+    RTCP feedback on every video codec (process-wide, as aiortc keeps one list). Idempotent;
+    after the codecs are registered (AV1)."""
+    register_video_extension(TRANSPORT_CC_URI)
+    feedback = RTCRtcpFeedback(type="transport-cc")
+    for codec in codecs.CODECS["video"]:
+        if codec.name != "rtx" and feedback not in codec.rtcpFeedback:
+            codec.rtcpFeedback.append(feedback)
+
+
+class SendPath:
+    """Paces one video sender's packets and runs its congestion controller.
+
+    `install` after the offer is applied (the sender's transport is then final, BUNDLE
+    included) and after anything else that wraps the transport's `_send_rtp` (timing records
+    must see packets when they really leave); `stop` with the peer connection.
+    """
+
+    def __init__(
+        self,
+        sender: Any,
+        controller: CongestionController,
+        on_target: Callable[[int], None],
+        pacing_factor: float = 2.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sender = sender
+        self.controller = controller
+        self._on_target = on_target
+        self._pacing_factor = pacing_factor
+        self._clock = clock
+        self.queue = PacingQueue(controller.pacing_bitrate)
+        self.mode = "waiting"  # → "transport-cc" at the first feedback, "remb" without any
+        self.probes = 0
+        self.feedback_messages = 0
+        self._max_bitrate = 0
+        self._remb: int | None = None
+        self._sequence = 0  # transport-wide, unwrapped; the wire carries its low 16 bits
+        self._first_sent: float | None = None
+        self._retransmitting = False
+        self._told: tuple[int, float] | None = None  # target last given the encoder, and when
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._send: Callable[[bytes], Awaitable[None]] | None = None
+        self._probe: ProbeCluster | None = None
+        self._probe_sent = (0, 0)  # packets, bytes of the probe under way
+        self._probe_started = 0.0
+        self._probe_source = 0  # which recent packet the next padding copies
+
+    # -- installation ------------------------------------------------------------------------
+
+    def install(self, max_bitrate: int) -> None:
+        transport = self.sender.transport
+        self._send = transport._send_rtp
+        handle_rtcp: Callable[[bytes], Awaitable[None]] = transport._handle_rtcp_data
+        retransmit: Callable[[int], Awaitable[None]] = self.sender._retransmit
+
+        async def send_rtp(data: bytes) -> None:
+            if is_rtcp(data):
+                await self._send_now(data)
+                return
+            if transport.state != "connected":  # as aiortc's: its sender loop ends on this
+                raise ConnectionError("Cannot send encrypted RTP, not connected")
+            self.queue.push(bytearray(data), self._clock(), self._retransmitting)
+            self._wake.set()
+
+        async def handle_rtcp_data(data: bytes) -> None:
+            feedbacks, rest = split_transport_feedback(data)
+            for feedback in feedbacks:
+                self._on_feedback(feedback.packets)
+            if rest:
+                await handle_rtcp(rest)
+
+        async def retransmit_first(sequence_number: int) -> None:
+            self._retransmitting = True  # its packet goes to the head of the queue
+            try:
+                await retransmit(sequence_number)
+            finally:
+                self._retransmitting = False
+
+        transport._send_rtp = send_rtp
+        transport._handle_rtcp_data = handle_rtcp_data
+        self.sender._retransmit = retransmit_first
+        self.set_max_bitrate(max_bitrate)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- what the session tells it -------------------------------------------------------------
+
+    @property
+    def max_bitrate(self) -> int:
+        return self._max_bitrate
+
+    def set_max_bitrate(self, max_bitrate: int) -> None:
+        """The most the session's stream spends (its size and rate, the page's cap)."""
+        self._max_bitrate = max_bitrate
+        self.controller.set_bitrates(_min_bitrate(max_bitrate), max_bitrate * ESTIMATE_HEADROOM)
+        self._update_rates(force=True)
+
+    def on_remb(self, bitrate: int) -> None:
+        self._remb = bitrate
+        self.controller.on_remb(self._clock(), bitrate)
+        self._update_rates()
+
+    def state(self) -> dict[str, Any]:
+        """What the page's stats and the session's log show of the path."""
+        snapshot: CongestionState = self.controller.state()
+        return {
+            "mode": self.mode,
+            **asdict(snapshot),
+            "target": self.target,
+            "queue_ms": round(self.queue.queue_delay(self._clock()) * 1e3, 1),
+            "probes": self.probes,
+        }
+
+    @property
+    def target(self) -> int:
+        """The encoder's target now (bits/s): the estimate, within the stream's most."""
+        if self.mode == "remb":
+            return min(self._remb or self._max_bitrate, self._max_bitrate)
+        return min(self.controller.target_bitrate, self._max_bitrate)
+
+    # -- the pacer -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        next_process = 0.0
+        while True:
+            now = self._clock()
+            if now >= next_process:
+                self.controller.process(now)
+                self._check_feedback(now)
+                self._update_rates()
+                if self._probe is None and self.mode == "transport-cc":
+                    self._start_probe(self.controller.next_probe(now))
+                next_process = now + PROCESS_INTERVAL_S
+            for packet in self.queue.pop(now):
+                await self._emit(packet.data, now, self._probe_id())
+            if self._probe is not None:
+                await self._pad_probe(now)
+            wait = self.queue.wait(now)
+            until = max(0.0, next_process - self._clock())
+            if self._probe is not None:
+                wait = 0.001 if wait is None else min(wait, 0.001)
+            if wait is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), until)
+            elif wait > 0:
+                await asyncio.sleep(min(wait, until))
+            else:
+                await asyncio.sleep(0)  # let the sender's loop and RTCP run between bursts
+
+    async def _emit(self, data: bytearray, now: float, cluster: int | None) -> None:
+        ids = self.sender._RTCRtpSender__rtp_header_extensions_map
+        extension_id = getattr(ids, "transport_cc_id", None)
+        if extension_id is not None and write_transport_sequence(
+            data, extension_id, self._sequence & 0xFFFF
+        ):
+            self.controller.on_packet_sent(
+                SentPacket(self._sequence, len(data) + PACKET_OVERHEAD, now, cluster)
+            )
+            self._sequence += 1
+            if self._first_sent is None:
+                self._first_sent = now
+        await self._send_now(bytes(data))
+
+    async def _send_now(self, data: bytes) -> None:
+        assert self._send is not None
+        with contextlib.suppress(ConnectionError):  # the peer went: the sender's loop ends
+            await self._send(data)
+
+    # -- probes ---------------------------------------------------------------------------------
+
+    def _start_probe(self, cluster: ProbeCluster | None) -> None:
+        if cluster is not None:
+            self._probe, self._probe_sent = cluster, (0, 0)
+            self.probes += 1
+
+    def _probe_id(self) -> int | None:
+        return self._probe.id if self._probe is not None else None
+
+    async def _pad_probe(self, now: float) -> None:
+        """Send the probe cluster's bytes at its rate: padding beside whatever media goes."""
+        probe = self._probe
+        assert probe is not None
+        packets, sent = self._probe_sent
+        if packets >= probe.min_packets and sent >= probe.min_bytes:
+            self._probe = None
+            return
+        if packets == 0:
+            self._probe_started = now
+        # the bytes the probe's rate allows by now
+        due = (now - self._probe_started) * probe.bitrate / 8 + PROBE_PACKET
+        while sent < due and (packets < probe.min_packets or sent < probe.min_bytes):
+            padding = self._padding()
+            if padding is None:
+                self._probe = None  # nothing to copy yet: no probe
+                return
+            await self._emit(padding, now, probe.id)
+            packets, sent = packets + 1, sent + len(padding) + PACKET_OVERHEAD
+        self._probe_sent = (packets, sent)
+
+    def _padding(self) -> bytearray | None:
+        """An RTX copy of a recent packet (the receiver drops it as a duplicate), or the
+        packet itself where RTX was not negotiated; None before any packet was sent."""
+        sender = self.sender
+        history: dict[int, Any] = sender._RTCRtpSender__rtp_history
+        if not history:
+            return None
+        recent = sorted(history.values(), key=lambda p: p.sequence_number)[-8:]
+        packet = recent[self._probe_source % len(recent)]
+        self._probe_source += 1
+        rtx_type = sender._RTCRtpSender__rtx_payload_type
+        if rtx_type is not None:
+            sequence = sender._RTCRtpSender__rtx_sequence_number
+            sender._RTCRtpSender__rtx_sequence_number = (sequence + 1) & 0xFFFF
+            packet = wrap_rtx(packet, rtx_type, sequence, sender._rtx_ssrc)
+        ids = sender._RTCRtpSender__rtp_header_extensions_map
+        return bytearray(packet.serialize(ids))
+
+    # -- feedback ---------------------------------------------------------------------------
+
+    def _on_feedback(self, packets: tuple[tuple[int, int | None], ...]) -> None:
+        if self._sequence == 0:
+            return
+        latest = self._sequence - 1
+        results = []
+        for wire_sequence, arrival_us in packets:
+            sequence = latest - ((latest - wire_sequence) & 0xFFFF)  # never ahead of the latest
+            if sequence >= 0:
+                arrival = None if arrival_us is None else arrival_us / 1e6
+                results.append(PacketFeedback(sequence, arrival))
+        if not results:
+            return
+        self.feedback_messages += 1
+        if self.mode != "transport-cc":
+            self.mode = "transport-cc"
+            log.info("send_path.transport_cc", extra={"sequence": latest})
+        self.controller.on_feedback(self._clock(), results)
+        self._update_rates()
+
+    def _check_feedback(self, now: float) -> None:
+        if (
+            self.mode == "waiting"
+            and self._first_sent is not None
+            and now - self._first_sent > FEEDBACK_WAIT_S
+        ):
+            self.mode = "remb"
+            log.info("send_path.remb", extra={"reason": "no transport-cc feedback"})
+
+    def _update_rates(self, force: bool = False) -> None:
+        if self.mode == "transport-cc":
+            self.queue.set_rate(self.controller.pacing_bitrate)
+        else:
+            self.queue.set_rate(int(self._max_bitrate * self._pacing_factor))
+        target, now = self.target, self._clock()
+        told = self._told
+        if (
+            force
+            or told is None
+            or abs(target - told[0]) >= TARGET_STEP * told[0]
+            or (target != told[0] and now - told[1] >= TARGET_EVERY_S)
+        ):
+            self._told = (target, now)
+            self._on_target(target)
+            log.debug(
+                "send_path.target",
+                extra={"target": target, "pacing": self.queue.rate, "mode": self.mode,
+                       "queue_ms": round(self.queue.queue_delay(now) * 1e3, 1)},
+            )  # fmt: skip
+
+
+def _min_bitrate(max_bitrate: int) -> int:
+    """The least the controller may aim at: a tenth of the stream's, not under 100 kbit/s."""
+    return max(100_000, max_bitrate // 10)

@@ -1,0 +1,410 @@
+"""The congestion controller's parts, each fed by hand: groups, the trendline detector, AIMD,
+throughput, loss, probing and the send history."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from render_server.transport.congestion.aimd import BACKOFF, AimdRateControl
+from render_server.transport.congestion.history import MAX_PACKETS, SendHistory
+from render_server.transport.congestion.inter_arrival import Deltas, InterArrival
+from render_server.transport.congestion.loss import LossBasedBwe
+from render_server.transport.congestion.probing import ProbeBitrateEstimator, ProbeController
+from render_server.transport.congestion.throughput import AcknowledgedBitrate
+from render_server.transport.congestion.trendline import TrendlineEstimator
+from render_server.transport.congestion.types import (
+    BandwidthUsage,
+    PacketFeedback,
+    PacketResult,
+    ProbeCluster,
+    SentPacket,
+)
+
+# inter-arrival groups
+
+
+def feed(ia: InterArrival, packets: list[tuple[float, float, int]]) -> list[Deltas]:
+    """(send, arrival, size) in order, the feedback coming 50 ms after the send (on the
+    sender's clock); the deltas that came out."""
+    out = []
+    for send, arrival, size in packets:
+        deltas = ia.compute(send, arrival, send + 0.05, size)
+        if deltas is not None:
+            out.append(deltas)
+    return out
+
+
+def test_groups_are_5ms_of_send_time_and_deltas_come_between_complete_groups() -> None:
+    # three bursts 10 ms apart, 3 packets 1 ms apart each; the second burst queued 4 ms more
+    a = [(0.000, 0.050, 100), (0.001, 0.051, 100), (0.002, 0.052, 100)]
+    b = [(0.010, 0.064, 200), (0.011, 0.065, 200), (0.012, 0.066, 200)]
+    c = [(0.020, 0.076, 300)]
+    out = feed(InterArrival(), a + b + c)
+    assert len(out) == 1  # the pair (a, b), once c's first packet closed b
+    (deltas,) = out
+    assert deltas.send == pytest.approx(0.010)  # last send of b - last send of a
+    assert deltas.arrival == pytest.approx(0.014)  # last arrival of b - last arrival of a
+    assert deltas.size == 600 - 300
+
+
+def test_a_packet_sent_before_the_current_group_is_ignored() -> None:
+    ia = InterArrival()
+    a = [(0.000, 0.050, 100), (0.010, 0.060, 100)]  # two groups
+    assert feed(ia, a) == []
+    assert ia.compute(0.005, 0.061, 0.061, 100) is None  # reordered: before group 2's start
+    out = feed(ia, [(0.020, 0.070, 100)])
+    assert len(out) == 1
+    assert out[0].size == 0  # the reordered packet's bytes were not added to group 2
+
+
+def test_packets_arriving_closer_than_sent_are_one_burst() -> None:
+    # sent 8 ms apart but arrived 1 ms apart (queued together): one group, not two
+    ia = InterArrival()
+    packets = [(0.000, 0.100, 100), (0.008, 0.101, 100), (0.020, 0.120, 100), (0.030, 0.130, 1)]
+    out = feed(ia, packets)
+    assert len(out) == 1
+    assert out[0].send == pytest.approx(0.020 - 0.008)  # the burst's last send time
+    assert out[0].size == 100 - 200
+
+
+def test_an_arrival_clock_jump_resets_the_groups() -> None:
+    ia = InterArrival()
+    before = feed(ia, [(i * 0.01, 1 + i * 0.01, 100) for i in range(5)])
+    # the receiver's clock jumps 10 s ahead, the sender's does not
+    after = feed(ia, [(0.05 + i * 0.01, 11.05 + i * 0.01, 100) for i in range(6)])
+    assert len(before) == 3
+    assert len(after) >= 2  # deltas again, once two new groups are complete
+    assert all(d.arrival == pytest.approx(0.01) for d in before + after)  # never the jump
+
+
+def test_arrivals_going_back_give_no_deltas_until_they_are_in_order_again() -> None:
+    ia = InterArrival()
+    normal = feed(ia, [(i * 0.01, 5 + i * 0.01, 100) for i in range(4)])
+    back = feed(ia, [(0.04 + i * 0.01, 4.0 - i, 100) for i in range(4)])  # 1 s back each
+    after = feed(ia, [(0.08 + i * 0.01, 1.01 + i * 0.01, 100) for i in range(5)])
+    assert len(after) >= 2
+    assert all(d.arrival == pytest.approx(0.01) for d in normal + back + after)
+
+
+# the trendline detector
+
+
+def trend(
+    extra_delay: float, groups: int = 200, jitter: float = 0.0, queue: float = 0.0
+) -> list[BandwidthUsage]:
+    """Groups 5 ms apart, each arriving `extra_delay` s later than the last (a queue that
+    grows for > 0), with bounded random jitter on the arrival times."""
+    rng = random.Random(3)
+    detector = TrendlineEstimator()
+    states = []
+    prev = None
+    for i in range(groups):
+        send = i * 0.005
+        queue = max(queue + extra_delay, 0.0)
+        arrival = send + 0.04 + queue + rng.uniform(0, jitter)
+        if prev is not None:
+            states.append(detector.update(arrival - prev[1], send - prev[0], arrival))
+        prev = (send, arrival)
+    return states
+
+
+def test_trendline_detects_overuse_on_growing_delay() -> None:
+    states = trend(0.0005)  # 0.5 ms more per 5 ms: sending 10 % above the capacity
+    assert BandwidthUsage.OVERUSING in states[:40]
+    assert BandwidthUsage.UNDERUSING not in states
+
+
+def test_trendline_does_not_detect_overuse_on_constant_delay() -> None:
+    assert set(trend(0.0)) == {BandwidthUsage.NORMAL}
+    assert set(trend(0.0, 1000, jitter=0.005)) == {BandwidthUsage.NORMAL}  # 5 ms of jitter
+
+
+def test_trendline_detects_underuse_when_the_queue_drains() -> None:
+    states = trend(-0.001, 150, queue=0.3)  # a 300 ms queue draining 1 ms per group
+    assert BandwidthUsage.UNDERUSING in states
+    assert BandwidthUsage.OVERUSING not in states
+
+
+# AIMD
+
+
+def test_overuse_backs_off_to_085_of_the_throughput() -> None:
+    aimd = AimdRateControl(5e6, 1e5, 20e6)
+    assert aimd.update(BandwidthUsage.OVERUSING, 4e6, 1.0) == pytest.approx(BACKOFF * 4e6)
+    # and no further until the queue drained (hold), however long it overuses within the rtt
+    aimd.update(BandwidthUsage.NORMAL, 4e6, 1.05)
+    assert aimd.estimate == pytest.approx(BACKOFF * 4e6, rel=1e-3)
+
+
+def test_increase_is_multiplicative_far_from_capacity_and_additive_near_it() -> None:
+    far = AimdRateControl(2e6, 1e5, 20e6)
+    for i in range(21):  # 1 s of feedback every 50 ms, throughput keeping up
+        far.update(BandwidthUsage.NORMAL, far.estimate, i * 0.05)
+    assert 1.05 < far.estimate / 2e6 < 1.12  # ~8 %/s
+
+    near = AimdRateControl(2.4e6, 1e5, 20e6)
+    near.update(BandwidthUsage.OVERUSING, 2.4e6, 0.0)  # the capacity is known now
+    start = near.estimate
+    near.rtt = 0.05
+    for i in range(1, 22):
+        near.update(BandwidthUsage.NORMAL, near.estimate, i * 0.05)
+    assert 1.0 < near.estimate / start < 1.02  # a packet or so per response time
+
+
+def test_the_estimate_stays_near_the_acknowledged_rate_unless_a_probe_says_more() -> None:
+    aimd = AimdRateControl(2e6, 1e5, 20e6)
+    for i in range(200):  # 10 s of increase while only 1 Mbit/s is acknowledged
+        aimd.update(BandwidthUsage.NORMAL, 1e6, i * 0.05)
+    assert aimd.estimate <= 2e6  # it started above the limit: no increase at all
+    aimd2 = AimdRateControl(1e6, 1e5, 20e6)
+    for i in range(200):
+        aimd2.update(BandwidthUsage.NORMAL, 1e6, i * 0.05)
+    assert aimd2.estimate == pytest.approx(1.5 * 1e6 + 10_000)
+    aimd2.set_estimate(8e6, 10.0)  # a probe
+    aimd2.update(BandwidthUsage.NORMAL, 1e6, 10.05)
+    assert aimd2.estimate == 8e6
+
+
+# throughput
+
+
+def packets(rate: float, start: float, seconds: float, first_seq: int = 0) -> list[PacketResult]:
+    """1200-byte packets at `rate` bits/s, arriving 30 ms after they were sent."""
+    interval = 1200 * 8 / rate
+    count = int(seconds / interval)
+    return [
+        PacketResult(
+            SentPacket(first_seq + i, 1200, start + i * interval), start + i * interval + 0.03
+        )
+        for i in range(count)
+    ]
+
+
+def test_throughput_reads_the_rate_and_follows_a_drop_within_the_window() -> None:
+    estimator = AcknowledgedBitrate()
+    assert estimator.bitrate is None
+    steady = packets(8e6, 0.0, 2.0)
+    estimator.update(steady)
+    assert estimator.bitrate == pytest.approx(8e6, rel=0.02)
+    # the bottleneck now delivers 2 Mbit/s: the packets arrive spread out
+    slow = [
+        PacketResult(SentPacket(10_000 + i, 1200, 2.0 + i * 0.0012), 2.03 + i * 0.0048)
+        for i in range(130)  # 0.62 s of arrivals
+    ]
+    for i in range(0, 130, 10):
+        estimator.update(slow[i : i + 10])
+    assert estimator.bitrate == pytest.approx(2e6, rel=0.05)
+
+
+def test_throughput_survives_the_arrival_clock_going_back() -> None:
+    estimator = AcknowledgedBitrate()
+    estimator.update(packets(4e6, 0.0, 1.0))
+    jumped = [PacketResult(r.sent, r.arrival - 100) for r in packets(4e6, 1.0, 1.0, 10_000)]
+    estimator.update(jumped)
+    assert estimator.bitrate == pytest.approx(4e6, rel=0.05)
+
+
+# loss
+
+
+def lossy(bwe: LossBasedBwe, fraction: float, seconds: float, start: float) -> float:
+    """Feedback every 50 ms of 40 packets, `fraction` of them lost; returns the end time."""
+    t = start
+    lost_total = 0.0
+    while t < start + seconds:
+        t = round(t + 0.05, 6)
+        lost_total += 40 * fraction
+        lost = int(lost_total)
+        lost_total -= lost
+        bwe.on_feedback(lost, 40, t)
+        bwe.update(t)
+    return t
+
+
+def test_loss_below_2_percent_lets_the_bound_rise_8_percent_a_second() -> None:
+    bwe = LossBasedBwe(2e6, 1e5, 20e6)
+    bwe.set_delay_limit(10e6)
+    t = lossy(bwe, 0.0, 2.5, 0.0)  # past the start phase
+    before = bwe.estimate
+    lossy(bwe, 0.01, 2.0, t)
+    assert 1.10 < bwe.estimate / before < 1.25  # 8 %/s for 2 s: ~1.17
+
+
+def test_loss_between_2_and_10_percent_holds_and_above_10_decreases() -> None:
+    bwe = LossBasedBwe(4e6, 1e5, 20e6)
+    bwe.set_delay_limit(4e6)
+    t = lossy(bwe, 0.0, 2.5, 0.0)  # past the start phase, at 4 Mbit/s
+    bwe.set_delay_limit(10e6)  # room above
+    t = lossy(bwe, 0.05, 1.0, t)  # the first 5 % window ends the increase
+    held = bwe.estimate
+    t = lossy(bwe, 0.05, 4.0, t)
+    assert bwe.estimate == held < 4.5e6  # held: no increase at 5 %
+    assert bwe.fraction_loss == pytest.approx(0.05, abs=0.01)
+    lossy(bwe, 0.2, 3.0, t)
+    # 1 - 0.5 * 0.2 = 0.9 once a window (0.5 s, and 300 ms + rtt apart): ~6 decreases
+    assert held * 0.9**7 < bwe.estimate < held * 0.9**4
+
+
+def test_the_loss_bound_never_exceeds_the_delay_based_estimate() -> None:
+    bwe = LossBasedBwe(2e6, 1e5, 20e6)
+    bwe.set_delay_limit(3e6)
+    lossy(bwe, 0.0, 30.0, 0.0)
+    assert bwe.estimate == 3e6
+    bwe.set_delay_limit(1e6)
+    assert bwe.estimate == 1e6
+
+
+def test_a_loss_window_needs_20_packets() -> None:
+    bwe = LossBasedBwe(2e6, 1e5, 20e6)
+    for i in range(19):
+        bwe.on_feedback(1, 1, i * 0.1)  # 19 packets in 1.8 s, all lost
+    assert bwe.fraction_loss == 0.0
+    bwe.on_feedback(0, 1, 2.0)
+    assert bwe.fraction_loss == pytest.approx(19 / 20)
+
+
+# probing
+
+
+def probe_results(
+    cluster: ProbeCluster, send_rate: float, receive_rate: float, count: int = 10
+) -> list[PacketResult]:
+    return [
+        PacketResult(
+            SentPacket(i, 1200, 1.0 + i * 1200 * 8 / send_rate, cluster.id),
+            2.0 + i * 1200 * 8 / receive_rate,
+        )
+        for i in range(count)
+    ]
+
+
+def estimate(cluster: ProbeCluster, results: list[PacketResult]) -> float | None:
+    estimator = ProbeBitrateEstimator()
+    for result in results:
+        estimator.handle(result, cluster)
+    return estimator.fetch()
+
+
+def test_a_probe_measures_what_got_through() -> None:
+    cluster = ProbeCluster(1, 4_000_000, 5, 7500)
+    assert estimate(cluster, probe_results(cluster, 4e6, 4e6)) == pytest.approx(4e6, rel=0.01)
+    # received at half the rate: the link's capacity, a little under
+    saturated = estimate(cluster, probe_results(cluster, 4e6, 2e6))
+    assert saturated == pytest.approx(0.95 * 2e6, rel=0.01)
+
+
+def test_a_probe_needs_80_percent_of_its_packets_and_bytes() -> None:
+    cluster = ProbeCluster(1, 4_000_000, 5, 12_000)  # 10 packets' worth of bytes
+    assert estimate(cluster, probe_results(cluster, 4e6, 4e6, 7)) is None
+    assert estimate(cluster, probe_results(cluster, 4e6, 4e6, 8)) is not None
+
+
+def test_a_probe_bunched_by_a_queue_is_rejected() -> None:
+    cluster = ProbeCluster(1, 4_000_000, 5, 7500)
+    # received at 3× the rate it was sent at: a queue let them go back to back
+    assert estimate(cluster, probe_results(cluster, 4e6, 12e6)) is None
+
+
+def test_an_older_clusters_tail_does_not_override_a_newer_result() -> None:
+    old, new = ProbeCluster(1, 2_000_000, 5, 3750), ProbeCluster(2, 8_000_000, 5, 15_000)
+    estimator = ProbeBitrateEstimator()
+    for result in probe_results(new, 8e6, 8e6, 14):
+        estimator.handle(result, new)
+    for result in probe_results(old, 2e6, 2e6, 6):
+        estimator.handle(result, old)
+    assert estimator.fetch() == pytest.approx(8e6, rel=0.01)
+
+
+def drain(probes: ProbeController, now: float) -> list[int]:
+    out = []
+    while (cluster := probes.pop(now)) is not None:
+        out.append(cluster.bitrate)
+    return out
+
+
+def test_start_up_probes_and_further_probing_while_results_reach_70_percent() -> None:
+    probes = ProbeController(1e6, 20e6)
+    assert drain(probes, 0.0) == [3_000_000, 6_000_000]
+    assert drain(probes, 0.0) == []  # popped once
+    probes.set_estimate(3e6, 0.1)  # the first result: under 70 % of 6 Mbit/s
+    assert drain(probes, 0.1) == []
+    probes.set_estimate(5.9e6, 0.15)
+    assert drain(probes, 0.15) == [11_800_000]
+    probes.set_estimate(8e6, 0.3)  # 8 < 0.7 × 11.8: the capacity is found
+    assert drain(probes, 0.3) == []
+    probes.process(2.0, None, True)
+    assert not probes.probing
+
+
+def test_probes_never_exceed_the_max() -> None:
+    probes = ProbeController(4e6, 10e6)
+    assert drain(probes, 0.0) == [10_000_000]  # 12 and 24, both capped: one probe
+    probes.set_estimate(10e6, 0.1)
+    assert drain(probes, 0.1) == []
+
+
+def test_a_large_drop_brings_recovery_probes_until_the_rate_is_back() -> None:
+    probes = ProbeController(10e6, 16e6)
+    drain(probes, 0.0)
+    probes.set_estimate(16e6, 0.1)
+    t = 0.1
+    for t10 in range(2, 30):  # 3 s at the max
+        t = t10 * 0.1
+        probes.set_estimate(16e6, t)
+        probes.process(t, None, True)
+    probes.set_estimate(2e6, 3.0)  # the capacity dropped
+    sent: list[tuple[float, int]] = []
+    for step in range(1, 200):  # 10 s at 2 Mbit/s
+        t = 3.0 + step * 0.05
+        probes.set_estimate(2e6, t)
+        probes.process(t, None, True)
+        sent += [(t, bitrate) for bitrate in drain(probes, t)]
+    assert sent, "no recovery probe"
+    assert sent[0][0] == pytest.approx(5.5, abs=0.06)  # 2.5 s after the drop
+    assert all(bitrate == 4_000_000 for _, bitrate in sent)
+    gaps = [b[0] - a[0] for a, b in zip(sent, sent[1:], strict=False)]
+    assert all(2.4 < gap <= 5.05 for gap in gaps)  # every 2.5 s, backing off to 5 s
+    assert len(sent) >= 3
+    probes.set_estimate(14e6, 13.1)  # recovered (probe results)
+    probes.process(20.0, None, True)
+    assert drain(probes, 20.0) == []
+
+
+def test_raising_the_max_probes_at_the_new_max() -> None:
+    probes = ProbeController(2e6, 4e6)
+    drain(probes, 0.0)
+    probes.set_estimate(4e6, 0.1)
+    probes.process(1.5, None, True)
+    probes.set_max(10e6, 1.5)
+    assert drain(probes, 1.5) == [10_000_000]
+
+
+# the send history
+
+
+def test_history_is_bounded_and_ignores_unknown_and_repeated_feedback() -> None:
+    history = SendHistory()
+    for i in range(MAX_PACKETS + 500):
+        assert history.add(SentPacket(i, 1000, i * 1e-4))
+    assert len(history) == MAX_PACKETS
+    assert not history.add(SentPacket(MAX_PACKETS, 1000, 5.0))  # a repeated sequence number
+    report = [PacketFeedback(s, 1.0) for s in (0, 499, 600, 601, 601)] + [
+        PacketFeedback(10**9, 1.0)
+    ]
+    matched = history.match(report)
+    assert [r.sent.sequence for r in matched.received] == [600, 601]  # 0, 499: forgotten
+    assert history.match(report).received == []  # reported already
+
+
+def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
+    history = SendHistory()
+    for i in range(4):
+        history.add(SentPacket(i, 1000, i * 0.01))
+    first = history.match(
+        [PacketFeedback(0, 1.0), PacketFeedback(1, None), PacketFeedback(2, None)]
+    )
+    assert (first.lost, first.reported, len(first.received)) == (2, 3, 1)
+    again = history.match([PacketFeedback(1, None), PacketFeedback(2, 1.2), PacketFeedback(3, 1.3)])
+    assert (again.lost, again.reported, len(again.received)) == (-1, 1, 2)
