@@ -26,16 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.netlab import SHOWN_CLOSE_JS, LinkProfile, NetLab, lab_available  # noqa: E402
+from tests.lab_step import run_step  # noqa: E402
+from tests.netlab import LinkProfile, NetLab, lab_available  # noqa: E402
 
 SECRET = "bench-turn-secret"
 FRAME_INTERVAL_MS = 1000 / 30
@@ -66,133 +65,29 @@ def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
 
 
 STREAM = ("--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
-PORTS = {"paced": 8080, "stock": 8081}
+# the send paths compared: ours, ours without forward error correction, stock aiortc's
+PATHS = {
+    "paced": ("--send-path", "paced"),
+    "paced-nofec": ("--send-path", "paced", "--fec", "off"),
+    "stock": ("--send-path", "stock"),
+}
+PORTS = {"paced": 8080, "stock": 8081, "paced-nofec": 8082}
 
 
-def lossy_link(seconds: float, paths: list[str]) -> dict[str, Any]:
+def lossy_link(seconds: float, paths: list[str], repeat: int = 1) -> dict[str, Any]:
     clean = LinkProfile(rtt_ms=40)
     lossy = LinkProfile(rtt_ms=40, loss=0.02, rate_kbit=8000)
     out: dict[str, Any] = {}
     with NetLab(clean) as lab:
-        urls = {p: lab.serve(PORTS[p], *STREAM, "--send-path", p) for p in paths}
+        urls = {p: lab.serve(PORTS[p], *STREAM, *PATHS[p]) for p in paths}
         for name, profile in (("clean 40 ms", clean), ("40 ms, 2 % loss, 8 Mbit/s", lossy)):
             lab.set_profile(profile)
-            for path in paths:
-                print(f"chromium over {name}, {path} ...", file=sys.stderr, flush=True)
-                out[f"{name} · {path}"] = chromium_run(lab, urls[path], seconds)
+            for run in range(repeat):  # the paths alternate: the machine's noise hits all
+                for path in paths:
+                    print(f"chromium over {name}, {path} ...", file=sys.stderr, flush=True)
+                    label = f"{name} · {path}" + (f" · {run + 1}" if repeat > 1 else "")
+                    out[label] = chromium_run(lab, urls[path], seconds)
     return out
-
-
-# the step: the page keeps every displayed frame's wall-clock time and its glass-to-glass (the
-# meter's frames, stamped as benchmarks/latency.py's window does), for a timeline
-STEP_OPEN_JS = """() => {
-  const rs = window.renderStream, m = rs.latencyMeter, video = rs.video;
-  window.__shown = [];
-  window.__t0 = performance.now();
-  const tick = (now) => {
-    window.__shown.push(performance.timeOrigin + now); video.requestVideoFrameCallback(tick);
-  };
-  video.requestVideoFrameCallback(tick);
-  const breakdown = m._breakdown.bind(m);
-  m._breakdown = (shown, row, offset) => Object.assign(breakdown(shown, row, offset),
-    { wall: performance.timeOrigin + shown.expectedDisplayTime });
-  m._push = (frame) => { m.frames.push(frame); };
-  m.frames = [];
-}"""
-STEP_SUMMARY_JS = """() => ({
-  shown: window.__shown, t0: window.__t0, t1: window.__t1,
-  frames: window.renderStream.latencyMeter.frames.length,
-  g2g: window.renderStream.latencyMeter.frames.map((f) => [f.wall, f.glassToGlass]),
-})"""
-# polls the worker's /metrics (its encoders' target) from inside the client namespace
-POLLER = """
-import sys, time, urllib.request
-url, every, until = sys.argv[1], float(sys.argv[2]), time.time() + float(sys.argv[3])
-while time.time() < until:
-    try:
-        text = urllib.request.urlopen(url, timeout=1).read().decode()
-        value = next(float(line.split()[-1]) for line in text.splitlines()
-                     if line.startswith("worker_encoder_bitrate_bps "))
-        print(f"{time.time() * 1000:.0f} {value:.0f}", flush=True)
-    except Exception:
-        pass
-    time.sleep(every)
-"""
-
-
-def step(before_s: float, low_s: float, after_s: float, path: str) -> dict[str, Any]:
-    """Chromium dragging all along while the link steps 20 → 2 → 20 Mbit/s (40 ms RTT); the
-    frames shown, their glass-to-glass and the encoder's target over time."""
-    high, low = LinkProfile(rtt_ms=40, rate_kbit=20000), LinkProfile(rtt_ms=40, rate_kbit=2000)
-    total = before_s + low_s + after_s
-    with NetLab(high) as lab:
-        url = lab.serve(PORTS[path], *STREAM, "--send-path", path)
-        poller = lab.popen(
-            "client", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        argv = lab.chromium_argv(
-            url, total, (1280, 720), STEP_OPEN_JS, SHOWN_CLOSE_JS, STEP_SUMMARY_JS
-        )
-        page = lab.popen(
-            "client", argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-        )
-        # the drag starts once the page streams: wait for the first encoder figure, then time
-        assert poller.stdout is not None
-        first = poller.stdout.readline()
-        started = time.time()
-        steps: list[tuple[float, str]] = [(started * 1000, "20 Mbit/s")]
-        time.sleep(before_s + 2.0)  # the page's own start-up and clock pings (~1 s) too
-        lab.set_profile(low)
-        steps.append((time.time() * 1000, "2 Mbit/s"))
-        time.sleep(low_s)
-        lab.set_profile(high)
-        steps.append((time.time() * 1000, "20 Mbit/s"))
-        out, err = page.communicate(timeout=total + 120)
-        poller.terminate()
-        rest, _ = poller.communicate(timeout=10)
-    if page.returncode != 0:
-        raise RuntimeError(f"Chromium in the lab: {err[-1500:]}")
-    summary = json.loads(out)
-    bitrate = [tuple(map(float, line.split())) for line in (first + rest).splitlines() if line]
-    return timeline(summary["shown"], summary["g2g"], bitrate, steps)
-
-
-def timeline(
-    shown: list[float],
-    g2g: list[list[float]],
-    bitrate: list[tuple[float, ...]],
-    steps: list[tuple[float, str]],
-) -> dict[str, Any]:
-    """Seconds from the step down: each frame's gap to the one before, glass-to-glass, the
-    encoder's target; and the issue's figures read off them."""
-    down, up = steps[1][0], steps[2][0]
-    rel = lambda wall: (wall - down) / 1000  # noqa: E731
-    frames = [(rel(b), b - a) for a, b in zip(shown, shown[1:], strict=False)]
-    latency = [(rel(wall), ms) for wall, ms in g2g if wall]
-    target = [(rel(at), bps) for at, bps in bitrate]
-    after_down = [(t, g) for t, g in frames if 0 <= t <= (up - down) / 1000]
-    under = next((t for t, bps in target if t >= 0 and bps <= 2_000_000), None)
-    high_before = max((bps for t, bps in target if t < 0), default=0.0)
-    back_up = next(
-        (t for t, bps in target if t >= (up - down) / 1000 and bps >= 0.9 * high_before), None
-    )
-    settled = next(
-        (t for t, _ in latency if t >= 0 and all(ms < 100 for u, ms in latency if u >= t)), None
-    )
-    return {
-        "frames": frames,
-        "latency": latency,
-        "target": target,
-        "step_up_s": (up - down) / 1000,
-        "longest_gap_after_step_ms": max((g for _, g in after_down), default=0.0),
-        "target_under_2mbit_after_s": under,
-        "latency_under_100ms_from_s": settled,
-        "target_back_to_90pct_after_step_up_s": None
-        if back_up is None
-        else back_up - (up - down) / 1000,
-        "target_before_bps": high_before,
-    }
 
 
 def draw(results: dict[str, dict[str, Any]], path: Path) -> None:
@@ -273,11 +168,12 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=10.0, help="Chromium's drag per link")
     parser.add_argument("--runs", type=int, default=3, help="direct/relay pairs")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each path on each link")
     parser.add_argument("--plot", type=Path, default=Path("network-step.png"),
                         help="the step's time series (PNG)")  # fmt: skip
     parser.add_argument("--only", choices=("links", "step", "relay"))
-    parser.add_argument("--paths", default="paced,stock",
-                        help="send paths to compare (paced, stock)")  # fmt: skip
+    parser.add_argument("--paths", default="paced,paced-nofec,stock",
+                        help="send paths to compare: paced, paced-nofec, stock")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     unavailable = lab_available()
@@ -285,8 +181,11 @@ def main() -> int:
         print(f"network.py: {unavailable}", file=sys.stderr)
         return 2
     paths = [p for p in args.paths.split(",") if p]
-    links = lossy_link(args.seconds, paths) if args.only in (None, "links") else {}
-    stepped = {p: step(6.0, 8.0, 12.0, p) for p in paths} if args.only in (None, "step") else None
+    links = lossy_link(args.seconds, paths, args.repeat) if args.only in (None, "links") else {}
+    steps = args.only in (None, "step")
+    stepped = (
+        {p: run_step(p, 6.0, 8.0, 12.0) for p in paths if p != "paced-nofec"} if steps else None
+    )
     if stepped:
         draw(stepped, args.plot)
     relay = relay_vs_direct(args.runs) if args.only in (None, "relay") else {}
@@ -298,10 +197,10 @@ def main() -> int:
     if not links and not relay:
         return 0
     print("Chromium, 1280x720 at 30 fps, drag window (ms)")
-    print(f"{'link · send path':<36}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
+    print(f"{'link · send path':<44}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
           f"{'freezes':>9}{'>200ms':>8}{'longest':>9}")  # fmt: skip
     for name, r in links.items():
-        print(f"{name:<36}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
+        print(f"{name:<44}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
               f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{r['freezes_over_200ms']:>8}"
               f"{r['longest_gap_ms']:>9.0f}")  # fmt: skip
     if not relay:

@@ -114,6 +114,12 @@ class StreamConfig:
     # paced: transport-cc congestion control, a pacer and a NACK history sized by time;
     # stock: aiortc's own sender (REMB, bursts, 128 packets of history), the baseline
     send_path: SendPathName = "paced"
+    # a folder where each paced session's congestion-controller inputs are written
+    # (<session>-<peer>.jsonl.gz), for replaying real sessions in tests; None: not recorded
+    congestion_record_dir: str | None = None
+    # forward error correction (ULPFEC in RED) on the paced path, where the browser offers it
+    # and the path loses packets (transport/fec_path.py)
+    fec: bool = True
 
     def __post_init__(self) -> None:
         if self.send_path not in SEND_PATHS:

@@ -96,6 +96,19 @@ class Metrics:
             ["session"],
             registry=r,
         )
+        self.transport_feedback = Counter(
+            "worker_transport_feedback",
+            "Transport-cc feedback messages from browsers read by the congestion controller",
+            registry=r,
+        )
+        self.paced_packets = Counter(
+            "worker_paced_packets",
+            "RTP packets the paced send path sent, by kind: media, rtx (NACKed packets resent on "
+            "the RTX stream), retransmission (resent on the media stream), padding (probes), "
+            "fec (ULPFEC packets, which are also counted in media)",
+            ["kind"],
+            registry=r,
+        )
         self.bandwidth_steps = Counter(
             "worker_bandwidth_steps",
             "Times a session's stream stepped its size or frame rate down (or back up) because "

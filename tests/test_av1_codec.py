@@ -18,6 +18,7 @@ from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 
 from render_server.transport.av1_codec import Av1Decoder, register_av1, split_payloads
 from render_server.transport.av1_rtp import packetize_av1
+from render_server.transport.paced_negotiation import register_transport_cc
 
 from .support import PacketTrack
 from .test_av1_rtp import encode_av1
@@ -55,6 +56,7 @@ def fmtp(sdp: str, pt: str) -> str | None:
 def test_registration_is_idempotent_and_after_vp8_and_h264() -> None:
     register_av1()
     register_av1()
+    register_transport_cc()  # as video_sender does at import, after AV1
     names = [c.mimeType for c in CODECS["video"]]
     assert names.count("video/AV1") == 1
     older = [i for i, name in enumerate(names) if name in ("video/VP8", "video/H264")]
@@ -68,6 +70,7 @@ def test_registration_is_idempotent_and_after_vp8_and_h264() -> None:
         ("nack", None),
         ("nack", "pli"),
         ("goog-remb", None),
+        ("transport-cc", None),  # send_path.register_transport_cc, as on every video codec
     }
 
 

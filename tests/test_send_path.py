@@ -102,6 +102,7 @@ async def test_a_burst_leaves_paced_numbered_in_order_and_rtcp_jumps_the_queue()
         assert numbers == list(range(101))  # in the order they left, the retransmission too
         retransmitted = next(i for i, (_, d) in enumerate(media) if len(d) < 1000)
         assert retransmitted < 10  # ahead of most of the frame queued before it
+        assert path.packets == {"media": 100, "retransmission": 1}  # no RTX: on the media SSRC
         assert targets and targets[0] <= 4_000_000
     finally:
         await path.stop()
@@ -208,7 +209,7 @@ async def test_a_session_runs_its_controller_on_an_aiortc_receivers_feedback(
         assert sorted(numbers) == list(range(min(numbers), max(numbers) + 1))  # none skipped
         network = [m for m in messages if m.get("type") == "network"]
         assert network and network[-1]["mode"] == "transport-cc"
-        assert 0 < network[-1]["targetKbps"] <= session._max_bitrate() // 1000
+        assert 0 < network[-1]["targetKbps"] <= session.path_control.max_bitrate() // 1000
         assert network[-1]["width"] == 320 and network[-1]["step"] == 0
     finally:
         await session.close("test")

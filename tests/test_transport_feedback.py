@@ -21,12 +21,12 @@ from render_server.transport.transport_feedback import (
     MAX_STATUS_COUNT,
     REFERENCE_WRAP_US,
     FeedbackBuilder,
-    SequenceUnwrapper,
     TransportFeedback,
     arrivals_of,
     split_transport_feedback,
     transport_feedback_packets,
 )
+from render_server.transport.transport_feedback_sequence import SequenceUnwrapper
 
 # A packet Chromium sent, as captured and dissected by Wireshark (olivermichel/webrtc-analysis,
 # test/include/data.h): base 1, 9 statuses, reference time 6197520, one run-length chunk of 9

@@ -22,19 +22,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from render_server.transport.red import unwrap_red, wrap_red
-from render_server.transport.ulpfec import (
+from render_server.transport.ulpfec import FecPacket, FecParams, UlpfecGenerator
+from render_server.transport.ulpfec_decoder import UlpfecDecoder, recover
+from render_server.transport.ulpfec_header import (
     HEADER_SIZE_L_CLEAR,
     HEADER_SIZE_L_SET,
-    FecPacket,
-    FecParams,
-    UlpfecDecoder,
-    UlpfecGenerator,
-    num_fec_packets,
-    packet_masks,
     parse_fec_header,
-    recover,
     zero_extensions,
 )
+from render_server.transport.ulpfec_masks import num_fec_packets, packet_masks
 
 SSRC = 835424
 VP8_PT, RED_PT, ULPFEC_PT = 96, 116, 117

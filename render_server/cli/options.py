@@ -143,6 +143,17 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "(%(default)s)",
     )  # fmt: skip
     g.add_argument(
+        "--fec", choices=("on", "off"), default=env("fec", "on" if s.fec else "off"),
+        help="forward error correction (ULPFEC in RED) on the paced send path while the path "
+        "loses packets, where the browser offers it (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
+        "--record-congestion", metavar="DIR",
+        default=env_value("record_congestion"),
+        help="write each paced session's congestion-controller inputs (transport feedback, "
+        "packets sent) to DIR/<session>-<peer>.jsonl.gz, to replay in tests",
+    )  # fmt: skip
+    g.add_argument(
         "--connect-timeout", type=float, default=env("connect_timeout", s.connect_timeout_s),
         help="end a session whose browser has not connected its media in this long "
         "(at the start, or after its connection dropped) (%(default)s s)",
@@ -340,6 +351,8 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         idle_fps=args.idle_fps,
         playout_delay=args.playout_delay,
         send_path=args.send_path,
+        congestion_record_dir=args.record_congestion,
+        fec=args.fec == "on",
         codecs=_codecs(args.codecs),
     )
 

@@ -45,17 +45,19 @@ export async function rankCodecs(wanted = null) {
 }
 
 /**
- * Puts `ranked` codecs (and their retransmission) first and only in `transceiver`'s offer; a
- * browser without `setCodecPreferences` offers its own order, which the worker then follows.
+ * Puts `ranked` codecs (and their retransmission, and RED and ULPFEC for the worker's forward
+ * error correction) first and only in `transceiver`'s offer; a browser without
+ * `setCodecPreferences` offers its own order, which the worker then follows.
  */
 export function preferCodecs(transceiver, ranked) {
   if (!transceiver.setCodecPreferences || !RTCRtpReceiver.getCapabilities || !ranked.length) return false;
   const all = RTCRtpReceiver.getCapabilities('video').codecs;
   const chosen = ranked.flatMap((name) => all.filter((c) => c.mimeType.toLowerCase() === MIME(name)));
   const rtx = all.filter((c) => c.mimeType.toLowerCase() === 'video/rtx');
+  const fec = all.filter((c) => ['video/red', 'video/ulpfec'].includes(c.mimeType.toLowerCase()));
   if (!chosen.length) return false;
   try {
-    transceiver.setCodecPreferences([...chosen, ...rtx]);
+    transceiver.setCodecPreferences([...chosen, ...fec, ...rtx]);
     return true;
   } catch {
     return false;

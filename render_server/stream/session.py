@@ -23,25 +23,23 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
 
-from render_server.config import Resolution
 from render_server.encode.codecs import choose_codec
 from render_server.encode.protocol import EncodedPacket
 from render_server.logs import session_logger
 from render_server.metrics import Metrics
 from render_server.protocol.signaling import IceCandidate, IceServer
 from render_server.render.camera import OrbitCamera
-from render_server.stream.bandwidth_steps import BandwidthSteps
 from render_server.stream.controls import CameraController
 from render_server.stream.input_channel import InputChannel
 from render_server.stream.monitor import SessionMonitor
+from render_server.stream.path_control import PathControl
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.state import export_state
-from render_server.transport.congestion import CongestionController
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.retransmission import count_retransmits, size_history
-from render_server.transport.send_path import ESTIMATE_HEADROOM, SendPath
+from render_server.transport.send_path import SendPath
 from render_server.transport.timing import watch_sent_packets
 from render_server.transport.track import EncodedVideoTrack
 from render_server.transport.video_sender import (
@@ -54,9 +52,6 @@ from render_server.transport.video_sender import (
 SessionEndCallback = Callable[[str], Awaitable[None]]
 # a second failure of the frame pipeline this soon after the first ends the session
 PIPELINE_FAILURE_WINDOW_S = 10.0
-# where the congestion controller starts before the first feedback: its first probes (3x and
-# 6x) reach a 720p30 stream's bitrate in a round trip or two, without flooding a thin path
-START_BITRATE = 1_000_000
 
 
 class SessionNegotiationError(Exception):
@@ -85,6 +80,8 @@ class StreamSession:
         playout_delay: str = "low",
         codecs: Sequence[str] = ("H264",),
         send_path: str = "paced",
+        congestion_record_dir: str | None = None,
+        fec: bool = True,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -98,7 +95,7 @@ class StreamSession:
         self.playout_delay = playout_delay
         self.codecs = tuple(codecs)  # what this session may be sent in, the worker's order
         self.paced = send_path == "paced"  # else aiortc's own sender (the baseline)
-        self.send_path: SendPath | None = None  # the current peer's, where paced
+        self.fec = fec  # ULPFEC on the paced path where the browser offers it
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers
@@ -119,9 +116,12 @@ class StreamSession:
         )  # fmt: skip
         self.monitor = SessionMonitor(
             session_id, self.log, metrics, pipeline, self.input, quality.fps,
-            current_track=lambda: self.track, set_fps=self._set_fps, on_second=self._each_second,
+            current_track=lambda: self.track, set_fps=self._set_fps,
+            on_second=lambda: self.path_control.each_second(),
         )  # fmt: skip
-        self.steps = BandwidthSteps(self._bitrate_for)
+        self.path_control = PathControl(
+            session_id, self.log, metrics, pipeline, self.input, self.nacks, congestion_record_dir
+        )
         loop = asyncio.get_running_loop()
         # a browser that never offers, or whose ICE never connects, must not hold the slot
         self._timeout_task: asyncio.Task[None] | None = loop.create_task(
@@ -139,6 +139,11 @@ class StreamSession:
         self.role = role
         self.log = session_logger(__name__, self.session_id, role=role)
         self.input.set_role(role)
+
+    @property
+    def send_path(self) -> SendPath | None:
+        """The current peer's paced send path (None on the stock path, or between peers)."""
+        return self.path_control.path
 
     @property
     def quality(self) -> StreamQuality:
@@ -198,6 +203,7 @@ class StreamSession:
         transceiver = add_video_sender(
             pc, track, self.playout_delay, self.pipeline.keyframes.request,
             self._on_receiver_estimate, codec, transport_cc=self.paced,
+            fec=self.paced and self.fec,
         )  # fmt: skip
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -210,11 +216,12 @@ class StreamSession:
         count_retransmits(transceiver.sender, self._nacked)
         if self.paced:  # after the timing records' hook: they see packets when they leave
             size_history(self.input.quality_limits.max_kbps * 1000)
-            self.send_path = self._start_send_path(transceiver.sender)
+            self.path_control.start(transceiver.sender, self.peers)
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())
-        self.log.info("session.answered", extra={"peer": self.peers, "codec": codec})
+        fec = self.path_control.answered(pc.localDescription.sdp)
+        self.log.info("session.answered", extra={"peer": self.peers, "codec": codec, "fec": fec})
         return pc.localDescription.sdp
 
     async def _settle_codec(self, sdp: str) -> str:
@@ -293,70 +300,9 @@ class StreamSession:
     def _on_receiver_estimate(self, bitrate: int) -> None:
         """REMB: the browser's estimate of what the path carries; the encoder follows it, or
         on the paced path the congestion controller takes it as a cap."""
-        if self.send_path is not None:
-            self.send_path.on_remb(bitrate)
-        else:
+        if not self.path_control.on_remb(bitrate):
             self.pipeline.request_bitrate(bitrate)
         self.metrics.remb.inc()
-
-    # -- congestion control (paced send path) -----------------------------------------------
-
-    def _start_send_path(self, sender: Any) -> SendPath:
-        most = self._max_bitrate()
-        controller = CongestionController(
-            start_bitrate=min(most, START_BITRATE), min_bitrate=min(most, 100_000),
-            max_bitrate=most * ESTIMATE_HEADROOM,
-        )  # fmt: skip
-        path = SendPath(sender, controller, on_target=self.pipeline.request_bitrate)
-        path.install(most)
-        self.steps.reset()
-        self.input.set_step(self.steps.step)
-        return path
-
-    def _max_bitrate(self) -> int:
-        """The most the stream may spend: the page's cap or its size and rate's bitrate (the
-        size and rate the page asked, not a bandwidth step's: the estimate must be able to
-        climb back to them)."""
-        quality = self.quality
-        return min(quality.max_kbps, self.input.quality_limits.stream_kbps(quality)) * 1000
-
-    def _bitrate_for(self, resolution: Resolution, fps: float) -> int:
-        stream = self.input.quality_limits.stream
-        if stream is None:
-            return self.input.quality_limits.max_kbps * 1000
-        return stream.bitrate_for(resolution, fps)
-
-    def _each_second(self) -> None:
-        """The path's figures to the page, and the bandwidth step the target calls for."""
-        path = self.send_path
-        if path is None:
-            return
-        most = self._max_bitrate()
-        if most != path.max_bitrate:
-            path.set_max_bitrate(most)
-        quality = self.quality
-        before = self.steps.index
-        step = self.steps.observe(time.monotonic(), path.target, quality.resolution, quality.fps)
-        if step is not None:
-            self.input.set_step(step)
-            size, fps = self.input.sent_format()
-            self.metrics.bandwidth_steps.labels("down" if self.steps.index > before else "up").inc()
-            self.log.info(
-                "session.bandwidth_step",
-                extra={"step": self.steps.index, "size": str(size), "fps": fps,
-                       "target": path.target},
-            )  # fmt: skip
-        size, fps = self.input.sent_format()
-        state = path.state()
-        self.input.send({
-            "type": "network", "mode": state["mode"],
-            "estimateKbps": state["delay_based"] // 1000, "targetKbps": path.target // 1000,
-            "pacingKbps": state["pacing"] // 1000, "lossPercent": round(state["loss"] * 100, 2),
-            "rttMs": None if state["rtt"] is None else round(state["rtt"] * 1e3, 1),
-            "queueMs": state["queue_ms"], "probing": state["probing"], "step": self.steps.index,
-            "width": size.width, "height": size.height, "fps": fps,
-            "resent": self.nacks[True], "resendMissing": self.nacks[False],
-        })  # fmt: skip
 
     def _fps_asked(self, fps: float) -> None:
         """The page asked for another frame rate: the governor starts from it again."""
@@ -408,17 +354,9 @@ class StreamSession:
         await self._on_end(reason)
 
     async def _drop_peer(self) -> None:
-        pc, track, path = self.pc, self.track, self.send_path
-        self.pc = self.track = self.send_path = None
-        if path is not None:
-            await path.stop()
-            state = path.state()
-            self.log.info(
-                "session.send_path",
-                extra={"mode": state["mode"], "target": state["target"],
-                       "feedback": path.feedback_messages, "probes": path.probes,
-                       "step": self.steps.index},
-            )  # fmt: skip
+        pc, track = self.pc, self.track
+        self.pc = self.track = None
+        await self.path_control.stop()
         self.input.detach()
         if track is not None:
             self.monitor.peer_gone(track)

@@ -11,8 +11,11 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
 - `playout_delay`: appends to `aiortc.codecs.HEADER_EXTENSIONS`, replaces
   `RTCRtpSender.__rtp_header_extensions_map` with `header_extensions.SenderExtensionsMap`
   (playout delay and the transport-wide sequence number's placeholder).
-- `send_path` (the paced path: `pacer` and the sans-IO `congestion` controller behind it):
-  appends the transport-cc header extension and RTCP feedback to aiortc's video codecs, wraps
+- `paced_negotiation`: appends the transport-cc header extension and RTCP feedback, RED (with
+  its RTX) and ULPFEC to aiortc's video codecs, and holds `PACKET_MAX` of aiortc's H.264 and
+  VP8 packers to 1200 bytes (a ULPFEC packet must still fit what pylibsrtp protects).
+- `send_path` (the paced path: `pacer`, the sans-IO `congestion` controller, and `fec_path`
+  with the pure wire formats `red`, `ulpfec`, `transport_feedback` behind it): wraps
   `RTCDtlsTransport._send_rtp` (RTP is queued and paced, numbered as it leaves) and
   `_handle_rtcp_data` (transport feedback read out before aiortc sees the datagram), wraps
   `RTCRtpSender._retransmit` (retransmissions first), and for probes reads the sender's

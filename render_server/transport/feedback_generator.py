@@ -38,7 +38,8 @@ from typing import Any, Final
 from aiortc import RTCRtpReceiver
 from aiortc.rtp import RtpPacket
 
-from .transport_feedback import FeedbackBuilder, SequenceUnwrapper, TransportFeedback
+from .transport_feedback import FeedbackBuilder, TransportFeedback
+from .transport_feedback_sequence import SequenceUnwrapper
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,9 @@ at the controller's pacing rate, writes each its transport-wide sequence number 
 controller's probe clusters as padding (RTX copies of recent packets, which the receiver
 drops as duplicates). RTCP from the browser passes through `_handle_rtcp_data`, where the
 transport-cc feedback (RTPFB FMT 15, which aiortc would misread as NACKs) goes to the
-controller. Its target reaches the encoder through `on_target`.
+controller. Its target reaches the encoder through `on_target`. Where the answer has RED and
+ULPFEC, `fec_path` renumbers the media on its way into the queue and adds FEC packets after
+the frames it protects (while the feedback reports loss), and NACKs are answered through it.
 
 A browser that never sends transport-cc feedback (an aiortc client without a feedback
 generator, an old browser) leaves the path in `remb` mode: REMB sets the target, as before,
@@ -23,6 +25,7 @@ Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -30,8 +33,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any, Final
 
-from aiortc import codecs
-from aiortc.rtcrtpparameters import RTCRtcpFeedback
 from aiortc.rtp import is_rtcp, wrap_rtx
 
 from render_server.transport.congestion import (
@@ -41,9 +42,10 @@ from render_server.transport.congestion import (
     ProbeCluster,
     SentPacket,
 )
-from render_server.transport.header_extensions import TRANSPORT_CC_URI, write_transport_sequence
+from render_server.transport.congestion.record import ControllerRecorder
+from render_server.transport.fec_path import FecPath, FecPayloadTypes, protection_for, split_nacks
+from render_server.transport.header_extensions import write_transport_sequence
 from render_server.transport.pacer import PacingQueue
-from render_server.transport.playout_delay import register_video_extension
 from render_server.transport.transport_feedback import split_transport_feedback
 
 log = logging.getLogger(__name__)
@@ -60,17 +62,6 @@ PROBE_PACKET: Final = 1100
 ESTIMATE_HEADROOM: Final = 4
 
 
-def register_transport_cc() -> None:
-    """Offer and answer transport-cc for video: the header extension and the `transport-cc`
-    RTCP feedback on every video codec (process-wide, as aiortc keeps one list). Idempotent;
-    after the codecs are registered (AV1)."""
-    register_video_extension(TRANSPORT_CC_URI)
-    feedback = RTCRtcpFeedback(type="transport-cc")
-    for codec in codecs.CODECS["video"]:
-        if codec.name != "rtx" and feedback not in codec.rtcpFeedback:
-            codec.rtcpFeedback.append(feedback)
-
-
 class SendPath:
     """Paces one video sender's packets and runs its congestion controller.
 
@@ -82,7 +73,7 @@ class SendPath:
     def __init__(
         self,
         sender: Any,
-        controller: CongestionController,
+        controller: CongestionController | ControllerRecorder,
         on_target: Callable[[int], None],
         pacing_factor: float = 2.5,
         clock: Callable[[], float] = time.monotonic,
@@ -95,18 +86,26 @@ class SendPath:
         self.queue = PacingQueue(controller.pacing_bitrate)
         self.mode = "waiting"  # → "transport-cc" at the first feedback, "remb" without any
         self.probes = 0
+        self.send_errors = 0
         self.feedback_messages = 0
+        # packets sent by kind: media, rtx (a NACK answered on the RTX stream), retransmission
+        # (answered on the media stream, where RTX was not negotiated), padding (probes); fec
+        # (ULPFEC packets made, which leave among the media and are counted there too)
+        self.packets: collections.Counter[str] = collections.Counter()
         self._max_bitrate = 0
         self._remb: int | None = None
         self._sequence = 0  # transport-wide, unwrapped; the wire carries its low 16 bits
         self._first_sent: float | None = None
         self._retransmitting = False
+        self._stopping = False
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._send: Callable[[bytes], Awaitable[None]] | None = None
         self._probe: ProbeCluster | None = None
         self._probe_sent = (0, 0)  # packets, bytes of the probe under way
+        self.fec: FecPath | None = None  # where the answer has RED and ULPFEC, once sending
+        self._fec_types: FecPayloadTypes | None = None
         self._probe_started = 0.0
         self._probe_source = 0  # which recent packet the next padding copies
 
@@ -124,13 +123,37 @@ class SendPath:
                 return
             if transport.state != "connected":  # as aiortc's: its sender loop ends on this
                 raise ConnectionError("Cannot send encrypted RTP, not connected")
-            self.queue.push(bytearray(data), self._clock(), self._retransmitting)
+            now, fec = self._clock(), self.fec
+            if fec is None and self._fec_types is not None and not self._retransmitting:
+                fec = self._start_fec()
+            if fec is None:
+                self.queue.push(bytearray(data), now, self._retransmitting)
+            elif self._retransmitting:
+                wire = fec.retransmission(data)
+                if wire is not None:
+                    self.queue.push(bytearray(wire), now, True)
+            elif data[8:12] == self._media_ssrc:
+                packets = fec.media(data)
+                self.packets["fec"] += len(packets) - 1  # ULPFEC packets after a frame's last
+                for packet in packets:
+                    self.queue.push(bytearray(packet), now)
+            else:
+                self.queue.push(bytearray(data), now)
             self._wake.set()
 
         async def handle_rtcp_data(data: bytes) -> None:
             feedbacks, rest = split_transport_feedback(data)
             for feedback in feedbacks:
                 self._on_feedback(feedback.packets)
+            fec = self.fec
+            if fec is not None:  # NACKs name wire numbers: ours to translate, not aiortc's
+                lost, rest = split_nacks(rest, fec.media_ssrc)
+                media, repeats = fec.nack(lost)
+                for packet in repeats:
+                    self.queue.push(bytearray(packet), self._clock(), True)
+                    self._wake.set()
+                for number in media:
+                    await self.sender._retransmit(number)
             if rest:
                 await handle_rtcp(rest)
 
@@ -141,6 +164,7 @@ class SendPath:
             finally:
                 self._retransmitting = False
 
+        self._media_ssrc = self.sender._ssrc.to_bytes(4, "big")
         transport._send_rtp = send_rtp
         transport._handle_rtcp_data = handle_rtcp_data
         self.sender._retransmit = retransmit_first
@@ -149,9 +173,15 @@ class SendPath:
 
     async def stop(self) -> None:
         if self._task is not None:
+            self._stopping = True
+            self._wake.set()
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # the pacer failed earlier: said here, not raised
+                log.error("send_path.pacer_failed", extra={"error": repr(exc)[:300]})
             self._task = None
 
     # -- what the session tells it -------------------------------------------------------------
@@ -165,6 +195,22 @@ class SendPath:
         self._max_bitrate = max_bitrate
         self.controller.set_bitrates(_min_bitrate(max_bitrate), max_bitrate * ESTIMATE_HEADROOM)
         self._update_rates(force=True)
+
+    def enable_fec(self, types: FecPayloadTypes) -> None:
+        """Protect frames with ULPFEC in RED (the answer negotiated `types`) whenever the
+        path loses packets; before the first packet is sent."""
+        self._fec_types = types
+
+    def _start_fec(self) -> FecPath:
+        """The FEC path, at the first media packet: the header-extension ids are known then
+        (aiortc configures them when the sender starts)."""
+        assert self._fec_types is not None
+        ids = self.sender._RTCRtpSender__rtp_header_extensions_map
+        # the receiver zeroes the extensions written at send time before it decodes FEC
+        zero = tuple(i for i in (getattr(ids, "transport_cc_id", None), _abs_send_time_id(ids))
+                     if i is not None)  # fmt: skip
+        self.fec = FecPath(self.sender._ssrc, self.sender._rtx_ssrc, self._fec_types, zero)
+        return self.fec
 
     def on_remb(self, bitrate: int) -> None:
         self._remb = bitrate
@@ -193,7 +239,7 @@ class SendPath:
 
     async def _run(self) -> None:
         next_process = 0.0
-        while True:
+        while not self._stopping:
             now = self._clock()
             if now >= next_process:
                 self.controller.process(now)
@@ -203,6 +249,7 @@ class SendPath:
                     self._start_probe(self.controller.next_probe(now))
                 next_process = now + PROCESS_INTERVAL_S
             for packet in self.queue.pop(now):
+                self.packets[self._kind(packet.data, packet.retransmission)] += 1  # FEC: "media"
                 await self._emit(packet.data, now, self._probe_id())
             if self._probe is not None:
                 await self._pad_probe(now)
@@ -212,8 +259,11 @@ class SendPath:
                 wait = 0.001 if wait is None else min(wait, 0.001)
             if wait is None:
                 self._wake.clear()
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+                # that lands as its timeout expires, and this wait times out every 25 ms
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), until)
+                    async with asyncio.timeout(until):
+                        await self._wake.wait()
             elif wait > 0:
                 await asyncio.sleep(min(wait, until))
             else:
@@ -233,10 +283,23 @@ class SendPath:
                 self._first_sent = now
         await self._send_now(bytes(data))
 
+    def _kind(self, data: bytearray, retransmission: bool) -> str:
+        if not retransmission:
+            return "media"
+        rtx = int.from_bytes(data[8:12], "big") == self.sender._rtx_ssrc
+        return "rtx" if rtx else "retransmission"
+
     async def _send_now(self, data: bytes) -> None:
         assert self._send is not None
-        with contextlib.suppress(ConnectionError):  # the peer went: the sender's loop ends
+        try:
             await self._send(data)
+        except ConnectionError:
+            pass  # the peer went: the sender's loop ends
+        except Exception as exc:  # one packet SRTP refuses (too long) must not end the path
+            self.send_errors += 1
+            if self.send_errors == 1:
+                log.warning("send_path.send_failed", extra={"error": str(exc)[:200],
+                                                            "bytes": len(data)})  # fmt: skip
 
     # -- probes ---------------------------------------------------------------------------------
 
@@ -265,6 +328,7 @@ class SendPath:
             if padding is None:
                 self._probe = None  # nothing to copy yet: no probe
                 return
+            self.packets["padding"] += 1
             await self._emit(padding, now, probe.id)
             packets, sent = packets + 1, sent + len(padding) + PACKET_OVERHEAD
         self._probe_sent = (packets, sent)
@@ -284,8 +348,11 @@ class SendPath:
             sequence = sender._RTCRtpSender__rtx_sequence_number
             sender._RTCRtpSender__rtx_sequence_number = (sequence + 1) & 0xFFFF
             packet = wrap_rtx(packet, rtx_type, sequence, sender._rtx_ssrc)
-        ids = sender._RTCRtpSender__rtp_header_extensions_map
-        return bytearray(packet.serialize(ids))
+        data = packet.serialize(sender._RTCRtpSender__rtp_header_extensions_map)
+        if self.fec is not None:  # it names aiortc's number: the wire's, as a retransmission
+            wire = self.fec.retransmission(data)
+            return None if wire is None else bytearray(wire)
+        return bytearray(data)
 
     # -- feedback ---------------------------------------------------------------------------
 
@@ -323,6 +390,10 @@ class SendPath:
         else:
             self.queue.set_rate(int(self._max_bitrate * self._pacing_factor))
         target, now = self.target, self._clock()
+        fec = self.fec
+        if fec is not None and self.mode == "transport-cc":
+            fec.set_protection(protection_for(self.controller.state().loss))
+            target = int(target * 255 / (255 + fec.factor))  # FEC's share of the estimate
         told = self._told
         if (
             force
@@ -337,6 +408,11 @@ class SendPath:
                 extra={"target": target, "pacing": self.queue.rate, "mode": self.mode,
                        "queue_ms": round(self.queue.queue_delay(now) * 1e3, 1)},
             )  # fmt: skip
+
+
+def _abs_send_time_id(extensions: Any) -> int | None:
+    ids = getattr(extensions, "_HeaderExtensionsMap__ids", None)
+    return getattr(ids, "abs_send_time", None)
 
 
 def _min_bitrate(max_bitrate: int) -> int:

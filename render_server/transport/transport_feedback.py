@@ -19,7 +19,7 @@ arrivals:
   symbol is reserved (a parse error here).
 - Statuses travel in 16-bit chunks: run length (one status up to 8191 times), or a status
   vector of 14 one-bit symbols (not received / small) or 7 two-bit symbols. Which one is
-  chosen follows libwebrtc's `LastChunk` exactly.
+  chosen follows libwebrtc's `LastChunk` exactly (transport_feedback_chunks.py).
 - The reference time is 24 bits in 64 ms units (signed per the draft; libwebrtc writes it
   unsigned, modulo 2^24: the same bytes below 2^23). Each received packet's delta is from the
   previous received packet's time, the first one's from the reference time.
@@ -42,6 +42,17 @@ from dataclasses import dataclass
 from struct import pack, unpack_from
 from typing import Final
 
+from render_server.transport.transport_feedback_chunks import (
+    LARGE,
+    NOT_RECEIVED,
+    RESERVED,
+    SMALL,
+    Chunks,
+    LastChunk,
+    decode_chunk,
+)
+from render_server.transport.transport_feedback_sequence import is_newer
+
 TRANSPORT_FEEDBACK_FMT: Final = 15
 RTCP_RTPFB: Final = 205  # generic RTP feedback (RFC 4585)
 
@@ -54,28 +65,6 @@ MAX_PACKET_SIZE: Final = (1 << 16) * 4
 
 _HEADER_SIZE: Final = 4 + 8 + 8  # common header, two SSRCs, the feedback header
 _MIN_BODY_SIZE: Final = 8 + 8 + 2  # two SSRCs, the feedback header, one chunk
-
-# status symbols, which are also the receive delta's size in bytes
-_NOT_RECEIVED: Final = 0
-_SMALL: Final = 1
-_LARGE: Final = 2
-_RESERVED: Final = 3
-
-# libwebrtc's LastChunk capacities
-_MAX_RUN_LENGTH: Final = 0x1FFF
-_ONE_BIT_CAPACITY: Final = 14
-_TWO_BIT_CAPACITY: Final = 7
-
-# IsNewerSequenceNumber's breakpoint
-_HALF_SEQ: Final = 0x8000
-
-
-def _is_newer(value: int, previous: int) -> bool:
-    """libwebrtc's `IsNewerSequenceNumber` for 16-bit numbers."""
-    diff = (value - previous) & 0xFFFF
-    if diff == _HALF_SEQ:
-        return value > previous
-    return diff != 0 and diff < _HALF_SEQ
 
 
 def _delta_ticks(arrival_us: int, last_us: int) -> int:
@@ -93,141 +82,6 @@ def _reference_ticks(arrival_us: int) -> int:
     the draft's signed 24-bit value."""
     ticks = (arrival_us // REFERENCE_TICK_US) & 0xFFFFFF
     return ticks - (1 << 24) if ticks >= 1 << 23 else ticks
-
-
-class _LastChunk:
-    """libwebrtc's `TransportFeedback::LastChunk`: the statuses not yet written to a chunk,
-    and the rules that decide whether the next one joins them."""
-
-    __slots__ = ("all_same", "has_large", "size", "symbols")
-
-    def __init__(self) -> None:
-        self.symbols = [0] * _ONE_BIT_CAPACITY  # the first 14 statuses
-        self.size = 0
-        self.all_same = True
-        self.has_large = False
-
-    def copy(self) -> _LastChunk:
-        other = _LastChunk()
-        other.symbols = self.symbols.copy()
-        other.size, other.all_same, other.has_large = self.size, self.all_same, self.has_large
-        return other
-
-    def clear(self) -> None:
-        self.size = 0
-        self.all_same = True
-        self.has_large = False
-
-    def can_add(self, symbol: int) -> bool:
-        if self.size < _TWO_BIT_CAPACITY:
-            return True
-        if self.size < _ONE_BIT_CAPACITY and not self.has_large and symbol != _LARGE:
-            return True
-        return self.size < _MAX_RUN_LENGTH and self.all_same and self.symbols[0] == symbol
-
-    def add(self, symbol: int) -> None:
-        if self.size < _ONE_BIT_CAPACITY:
-            self.symbols[self.size] = symbol
-        self.size += 1
-        self.all_same = self.all_same and symbol == self.symbols[0]
-        self.has_large = self.has_large or symbol == _LARGE
-
-    def add_not_received(self, count: int) -> int:
-        """Add up to `count` not-received statuses while they fit; how many did."""
-        if self.size == 0 or (self.all_same and self.symbols[0] == _NOT_RECEIVED):
-            # a run of not received (what libwebrtc's AddMissingPackets writes): in bulk
-            added = min(count, _MAX_RUN_LENGTH - self.size)
-            for i in range(self.size, min(self.size + added, _ONE_BIT_CAPACITY)):
-                self.symbols[i] = _NOT_RECEIVED
-            self.size += added
-            return added
-        added = 0
-        while added < count and self.can_add(_NOT_RECEIVED):
-            self.add(_NOT_RECEIVED)
-            added += 1
-        return added
-
-    def emit(self) -> int:
-        """The chunk to write when the next status cannot join (libwebrtc's `Emit`)."""
-        if self.all_same:
-            chunk = self._run_length()
-            self.clear()
-            return chunk
-        if self.size == _ONE_BIT_CAPACITY:
-            chunk = self._one_bit()
-            self.clear()
-            return chunk
-        chunk = self._two_bit(_TWO_BIT_CAPACITY)
-        rest = self.symbols[_TWO_BIT_CAPACITY : self.size]
-        self.clear()
-        for symbol in rest:
-            self.add(symbol)
-        return chunk
-
-    def encode_last(self) -> int:
-        if self.all_same:
-            return self._run_length()
-        if self.size <= _TWO_BIT_CAPACITY:
-            return self._two_bit(self.size)
-        return self._one_bit()
-
-    def _run_length(self) -> int:
-        return (self.symbols[0] << 13) | self.size
-
-    def _one_bit(self) -> int:
-        chunk = 0x8000
-        for i in range(self.size):
-            chunk |= self.symbols[i] << (_ONE_BIT_CAPACITY - 1 - i)
-        return chunk
-
-    def _two_bit(self, size: int) -> int:
-        chunk = 0xC000
-        for i in range(size):
-            chunk |= self.symbols[i] << (2 * (_TWO_BIT_CAPACITY - 1 - i))
-        return chunk
-
-
-class _Chunks:
-    """The status chunks of one packet, written as libwebrtc writes them."""
-
-    __slots__ = ("count", "encoded", "last")
-
-    def __init__(self) -> None:
-        self.encoded: list[int] = []
-        self.last = _LastChunk()
-        self.count = 0
-
-    @property
-    def size(self) -> int:
-        """Bytes the chunks take."""
-        return 2 * (len(self.encoded) + (self.last.size > 0))
-
-    def add(self, symbol: int) -> None:
-        if not self.last.can_add(symbol):
-            self.encoded.append(self.last.emit())
-        self.last.add(symbol)
-        self.count += 1
-
-    def add_not_received(self, count: int) -> None:
-        self.count += count
-        while count:
-            count -= self.last.add_not_received(count)
-            if count:
-                self.encoded.append(self.last.emit())
-
-    def words(self) -> list[int]:
-        return self.encoded + ([self.last.encode_last()] if self.last.size else [])
-
-
-def _decode_chunk(chunk: int, left: int) -> list[int]:
-    """The statuses in `chunk`, at most `left` of them (the rest of a last chunk is filler)."""
-    if not chunk & 0x8000:  # run length
-        return [(chunk >> 13) & 0x03] * min(chunk & _MAX_RUN_LENGTH, left)
-    if not chunk & 0x4000:  # status vector, 14 one-bit symbols
-        count = min(_ONE_BIT_CAPACITY, left)
-        return [(chunk >> (_ONE_BIT_CAPACITY - 1 - i)) & 0x01 for i in range(count)]
-    count = min(_TWO_BIT_CAPACITY, left)  # status vector, 7 two-bit symbols
-    return [(chunk >> (2 * (_TWO_BIT_CAPACITY - 1 - i))) & 0x03 for i in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +162,8 @@ class TransportFeedback:
                 )
             chunk = (data[index] << 8) | data[index + 1]
             index += 2
-            symbols += _decode_chunk(chunk, status_count - len(symbols))
-        if _RESERVED in symbols:
+            symbols += decode_chunk(chunk, status_count - len(symbols))
+        if RESERVED in symbols:
             raise ValueError("transport feedback uses the reserved status symbol")
         if index + sum(symbols) > len(data):
             raise ValueError("transport feedback without its receive deltas")
@@ -317,10 +171,10 @@ class TransportFeedback:
         arrival_us = reference_time * REFERENCE_TICK_US
         for i, symbol in enumerate(symbols):
             seq = (base_sequence + i) & 0xFFFF
-            if symbol == _NOT_RECEIVED:
+            if symbol == NOT_RECEIVED:
                 packets.append((seq, None))
                 continue
-            if symbol == _SMALL:
+            if symbol == SMALL:
                 ticks = data[index]
             else:
                 ticks = int.from_bytes(data[index : index + 2], "big", signed=True)
@@ -334,18 +188,18 @@ class TransportFeedback:
     def __bytes__(self) -> bytes:
         """The whole RTCP packet, common header and padding included."""
         deltas = iter(self._deltas())
-        chunks = _Chunks()
+        chunks = Chunks()
         written = bytearray()
         for _, arrival_us in self.packets:
             if arrival_us is None:
-                chunks.add(_NOT_RECEIVED)
+                chunks.add(NOT_RECEIVED)
                 continue
             ticks = next(deltas)
             if 0 <= ticks <= 0xFF:
-                chunks.add(_SMALL)
+                chunks.add(SMALL)
                 written.append(ticks)
             else:
-                chunks.add(_LARGE)
+                chunks.add(LARGE)
                 written += pack("!h", ticks)
         words = chunks.words()
         body = (
@@ -420,7 +274,7 @@ class FeedbackBuilder:
         self.reference_time = _reference_ticks(reference_us)
         self.max_size = max_size
         self._last_us = self.reference_time * REFERENCE_TICK_US  # the last encoded arrival
-        self._chunks = _Chunks()
+        self._chunks = Chunks()
         self._delta_bytes = 0
         self._packets: list[tuple[int, int | None]] = []
 
@@ -439,7 +293,7 @@ class FeedbackBuilder:
         ticks = _delta_ticks(arrival_us, self._last_us)
         if not -0x8000 <= ticks <= 0x7FFF:
             return False
-        symbol = _SMALL if 0 <= ticks <= 0xFF else _LARGE
+        symbol = SMALL if 0 <= ticks <= 0xFF else LARGE
         saved = self._save()
         if not self._skip_to(seq):
             return False
@@ -457,7 +311,7 @@ class FeedbackBuilder:
         saved = self._save()
         if not self._skip_to(seq):
             return False
-        self._chunks.add(_NOT_RECEIVED)
+        self._chunks.add(NOT_RECEIVED)
         self._packets.append((seq & 0xFFFF, None))
         if self.status_count > MAX_STATUS_COUNT or self.size > self.max_size:
             self._restore(saved)
@@ -481,7 +335,7 @@ class FeedbackBuilder:
         following = (self.base_sequence + self.status_count) & 0xFFFF
         if seq == following:
             return True
-        if not _is_newer(seq, (following - 1) & 0xFFFF):
+        if not is_newer(seq, (following - 1) & 0xFFFF):
             return False
         missing = (seq - following) & 0xFFFF
         if self.status_count + missing >= MAX_STATUS_COUNT:
@@ -490,7 +344,7 @@ class FeedbackBuilder:
         self._packets += [((following + i) & 0xFFFF, None) for i in range(missing)]
         return True
 
-    def _save(self) -> tuple[_LastChunk, int, int, int, int]:
+    def _save(self) -> tuple[LastChunk, int, int, int, int]:
         chunks = self._chunks
         return (
             chunks.last.copy(),
@@ -500,7 +354,7 @@ class FeedbackBuilder:
             len(self._packets),
         )
 
-    def _restore(self, saved: tuple[_LastChunk, int, int, int, int]) -> None:
+    def _restore(self, saved: tuple[LastChunk, int, int, int, int]) -> None:
         last, encoded, count, delta_bytes, packets = saved
         self._chunks.last = last
         del self._chunks.encoded[encoded:]
@@ -560,31 +414,3 @@ def arrivals_of(feedbacks: Iterable[TransportFeedback]) -> dict[int, int | None]
             if arrival_us is not None or seq not in arrivals:
                 arrivals[seq] = arrival_us
     return arrivals
-
-
-class SequenceUnwrapper:
-    """16-bit sequence numbers to a monotonically growing int, across wraps and mild
-    reordering: libwebrtc's `SeqNumUnwrapper<uint16_t>` (the first number unwraps to itself;
-    each next one to the nearest value with its low 16 bits, a tie going forward when the
-    16-bit number is larger)."""
-
-    __slots__ = ("_last", "_unwrapped")
-
-    def __init__(self) -> None:
-        self._last: int | None = None
-        self._unwrapped = 0
-
-    def unwrap(self, seq: int) -> int:
-        self._unwrapped = self.peek(seq)
-        self._last = seq
-        return self._unwrapped
-
-    def peek(self, seq: int) -> int:
-        """What `unwrap(seq)` would return, without remembering `seq`."""
-        if not 0 <= seq <= 0xFFFF:
-            raise ValueError(f"sequence number {seq} is not 16-bit")
-        if self._last is None:
-            return seq
-        forward = (seq - self._last) & 0xFFFF
-        ahead = seq > self._last if forward == _HALF_SEQ else forward < _HALF_SEQ
-        return self._unwrapped + (forward if ahead else forward - 0x10000)

@@ -17,14 +17,15 @@ from aiortc.rtcrtpparameters import RTCRtpCodecCapability
 from aiortc.sdp import SessionDescription
 
 from render_server.transport.av1_codec import register_av1
+from render_server.transport.paced_negotiation import register_fec_codecs, register_transport_cc
 from render_server.transport.playout_delay import register_playout_delay, request_playout_delay
 from render_server.transport.rtcp_feedback import route_rtcp_feedback
-from render_server.transport.send_path import register_transport_cc
 
 # At import, for the whole process (aiortc keeps one list of codecs and of header extensions):
 # every peer connection made here negotiates AV1 and playout delay, the tools' aiortc clients
 # too; a sender writes the playout delay only where `request_playout_delay` asked for it.
 register_av1()
+register_fec_codecs()
 register_playout_delay()
 register_transport_cc()
 
@@ -77,11 +78,13 @@ def _positive(value: object) -> float | None:
     return number if number > 0 else None
 
 
-def codec_preferences(*codecs: str) -> list[RTCRtpCodecCapability]:
+def codec_preferences(*codecs: str, fec: bool = False) -> list[RTCRtpCodecCapability]:
     """`codecs` (RTP names, "H264"), in that order, and RTX: what our encoders make, and
-    nothing aiortc would pick on its own."""
+    nothing aiortc would pick on its own; with `fec`, RED and ULPFEC after them (the paced
+    send path's forward error correction, `fec_path`)."""
     capabilities = RTCRtpSender.getCapabilities("video").codecs
-    wanted = [f"video/{codec}".lower() for codec in codecs] + ["video/rtx"]
+    extra = ["video/red", "video/ulpfec"] if fec else []
+    wanted = [f"video/{codec}".lower() for codec in codecs] + extra + ["video/rtx"]
     return [c for mime in wanted for c in capabilities if c.mimeType.lower() == mime]
 
 
@@ -93,13 +96,14 @@ def add_video_sender(
     on_receiver_estimate: Callable[[int], None],
     codec: str = "H264",
     transport_cc: bool = False,
+    fec: bool = False,
 ) -> RTCRtpTransceiver:
     """Send `track` (already encoded in `codec`) on `pc`, before its offer is applied: PLI/FIR
     call `on_keyframe_request`, REMB `on_receiver_estimate(bits per second)`; with
     `transport_cc` every packet carries the transport-wide sequence number placeholder that
-    `send_path.SendPath` numbers."""
+    `send_path.SendPath` numbers; with `fec` the answer takes RED and ULPFEC where offered."""
     transceiver = pc.addTransceiver(track, direction="sendonly")
-    transceiver.setCodecPreferences(codec_preferences(codec))
+    transceiver.setCodecPreferences(codec_preferences(codec, fec=fec))
     route_rtcp_feedback(transceiver.sender, on_keyframe_request, on_receiver_estimate)
     request_playout_delay(transceiver.sender, playout_delay, transport_cc)
     return transceiver

@@ -165,6 +165,8 @@ class LocalWorker:
             idle_fps=self.stream.fps if self.backends.encoder == "replay" else self.stream.idle_fps,
             playout_delay=self.stream.playout_delay,
             send_path=self.stream.send_path,
+            congestion_record_dir=self.stream.congestion_record_dir,
+            fec=self.stream.fec,
             codecs=self.codecs,
         )
 
