@@ -105,7 +105,7 @@ class Metrics:
             "worker_paced_packets",
             "RTP packets the paced send path sent, by kind: media, rtx (NACKed packets resent on "
             "the RTX stream), retransmission (resent on the media stream), padding (probes), "
-            "fec (ULPFEC packets, which are also counted in media)",
+            "fec (ULPFEC packets, first sent or resent for a NACK)",
             ["kind"],
             registry=r,
         )

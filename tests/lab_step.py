@@ -42,7 +42,7 @@ STEP_SUMMARY_JS = """() => ({
   g2g: window.renderStream.latencyMeter.frames.map((f) => [f.wall, f.glassToGlass]),
   network: window.renderStream.network,
 })"""
-# polls the worker's /metrics (its encoders' target) from inside the client namespace
+# polls the worker's /metrics (its encoders' target)
 POLLER = """
 import sys, time, urllib.request
 url, every, until = sys.argv[1], float(sys.argv[2]), time.time() + float(sys.argv[3])
@@ -74,8 +74,9 @@ def run_step(
     extra = ["--record-congestion", str(record_dir)] if record_dir is not None else []
     with NetLab(HIGH) as lab:
         url = lab.serve(port, *STREAM, "--send-path", path, *extra)
+        # on the server's host: a poll across the stepped link would wait in its queue
         poller = lab.popen(
-            "client", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
+            "server", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         argv = lab.chromium_argv(

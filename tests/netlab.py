@@ -221,8 +221,12 @@ class NetLab:
             rate = f"{profile.rate_kbit}kbit"
             # a buffer of ~50 ms at the rate (at least 64 kB): what a home router holds
             limit = max(64_000, profile.rate_kbit * 1000 // 8 // 20)
+            # a bucket of 2 ms at the rate (two packets at least): a link that serializes at
+            # its rate; a 32 kB bucket let a 2 Mbit/s link pass 128 ms of bursts at any speed,
+            # so that a congestion controller's probes read it as many times faster
+            burst = max(3000, profile.rate_kbit * 1000 // 8 // 500)
             _run("ip", "netns", "exec", r, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-                 "rate", rate, "burst", "32kb", "limit", str(limit))  # fmt: skip
+                 "rate", rate, "burst", str(burst), "limit", str(limit))  # fmt: skip
 
     # -- processes --------------------------------------------------------------------------
 

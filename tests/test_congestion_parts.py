@@ -247,6 +247,20 @@ def test_loss_between_2_and_10_percent_holds_and_above_10_decreases() -> None:
     assert held * 0.9**7 < bwe.estimate < held * 0.9**4
 
 
+def test_loss_that_fec_repairs_does_not_hold_the_bound() -> None:
+    def after(tolerance: float) -> float:
+        bwe = LossBasedBwe(2e6, 1e5, 20e6)
+        bwe.tolerance = tolerance
+        bwe.set_delay_limit(10e6)
+        t = lossy(bwe, 0.0, 2.5, 0.0)  # past the start phase
+        before = bwe.estimate
+        lossy(bwe, 0.04, 3.0, t)  # 4 % random loss
+        return bwe.estimate / before
+
+    assert after(0.0) < 1.10  # held after the first lossy window: 4 % is between the thresholds
+    assert after(0.03) > 1.15  # 1 % left after what FEC repairs: it climbs 8 %/s
+
+
 def test_the_loss_bound_never_exceeds_the_delay_based_estimate() -> None:
     bwe = LossBasedBwe(2e6, 1e5, 20e6)
     bwe.set_delay_limit(3e6)

@@ -28,6 +28,7 @@ class QueuedPacket:
     data: bytearray
     enqueued: float
     retransmission: bool
+    kind: str | None = None  # what the sender counts it as, where it says (FEC)
 
 
 class PacingQueue:
@@ -56,11 +57,13 @@ class PacingQueue:
     def set_rate(self, rate: int) -> None:
         self.rate = max(1, rate)
 
-    def push(self, data: bytearray, now: float, retransmission: bool = False) -> None:
+    def push(
+        self, data: bytearray, now: float, retransmission: bool = False, kind: str | None = None
+    ) -> None:
         if not self:
             self._refill(now)  # an idle queue's budget was capped meanwhile
         queue = self._retransmissions if retransmission else self._media
-        queue.append(QueuedPacket(data, now, retransmission))
+        queue.append(QueuedPacket(data, now, retransmission, kind))
         self._bytes += len(data)
 
     def pop(self, now: float) -> list[QueuedPacket]:

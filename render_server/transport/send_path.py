@@ -56,6 +56,8 @@ PACKET_OVERHEAD: Final = 10 + 8 + 20  # SRTP tag, UDP, IPv4: the controller coun
 TARGET_STEP: Final = 0.05  # the encoder hears of a target that moved at least this share...
 TARGET_EVERY_S: Final = 1.0  # ...or of any change after this long
 PROBE_PACKET: Final = 1100
+FEC_LOSS_TOLERANCE: Final = 0.03
+FEC_HOLD_S: Final = 2.0  # no FEC this long after the target fell (congestion, not noise)
 # the controller may estimate this many times the stream's most: the encoder never spends more
 # than the stream's, but the pacer's rate follows the estimate, and a pacer held to 2.5x a
 # 2.8 Mbit/s stream would spread each 720p frame over 13 ms of a path that carries far more
@@ -89,8 +91,8 @@ class SendPath:
         self.send_errors = 0
         self.feedback_messages = 0
         # packets sent by kind: media, rtx (a NACK answered on the RTX stream), retransmission
-        # (answered on the media stream, where RTX was not negotiated), padding (probes); fec
-        # (ULPFEC packets made, which leave among the media and are counted there too)
+        # (answered on the media stream, where RTX was not negotiated), padding (probes), fec
+        # (ULPFEC packets, and those resent for a NACK)
         self.packets: collections.Counter[str] = collections.Counter()
         self._max_bitrate = 0
         self._remb: int | None = None
@@ -98,6 +100,7 @@ class SendPath:
         self._first_sent: float | None = None
         self._retransmitting = False
         self._stopping = False
+        self._last_decrease = -FEC_HOLD_S  # when the target last fell by a tenth or more
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -133,10 +136,10 @@ class SendPath:
                 if wire is not None:
                     self.queue.push(bytearray(wire), now, True)
             elif data[8:12] == self._media_ssrc:
-                packets = fec.media(data)
-                self.packets["fec"] += len(packets) - 1  # ULPFEC packets after a frame's last
-                for packet in packets:
-                    self.queue.push(bytearray(packet), now)
+                media, *protection = fec.media(data)  # ULPFEC packets after a frame's last
+                self.queue.push(bytearray(media), now)
+                for packet in protection:
+                    self.queue.push(bytearray(packet), now, kind="fec")
             else:
                 self.queue.push(bytearray(data), now)
             self._wake.set()
@@ -150,7 +153,7 @@ class SendPath:
                 lost, rest = split_nacks(rest, fec.media_ssrc)
                 media, repeats = fec.nack(lost)
                 for packet in repeats:
-                    self.queue.push(bytearray(packet), self._clock(), True)
+                    self.queue.push(bytearray(packet), self._clock(), True, kind="fec")
                     self._wake.set()
                 for number in media:
                     await self.sender._retransmit(number)
@@ -200,6 +203,9 @@ class SendPath:
         """Protect frames with ULPFEC in RED (the answer negotiated `types`) whenever the
         path loses packets; before the first packet is sent."""
         self._fec_types = types
+        # what ULPFEC at protection_for's rates repairs of random loss before the browser
+        # notices: single losses in frames of up to ten packets, about 3 % (test_fec_path)
+        self.controller.set_loss_tolerance(FEC_LOSS_TOLERANCE)
 
     def _start_fec(self) -> FecPath:
         """The FEC path, at the first media packet: the header-extension ids are known then
@@ -249,7 +255,7 @@ class SendPath:
                     self._start_probe(self.controller.next_probe(now))
                 next_process = now + PROCESS_INTERVAL_S
             for packet in self.queue.pop(now):
-                self.packets[self._kind(packet.data, packet.retransmission)] += 1  # FEC: "media"
+                self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
                 await self._emit(packet.data, now, self._probe_id())
             if self._probe is not None:
                 await self._pad_probe(now)
@@ -390,9 +396,15 @@ class SendPath:
         else:
             self.queue.set_rate(int(self._max_bitrate * self._pacing_factor))
         target, now = self.target, self._clock()
+        if self._told is not None and target < 0.9 * self._told[0]:
+            self._last_decrease = now
         fec = self.fec
         if fec is not None and self.mode == "transport-cc":
-            fec.set_protection(protection_for(self.controller.state().loss))
+            # loss while the path is congested is the queue overflowing: FEC would only add
+            # to it; random loss on an uncongested path is what it repairs
+            state = self.controller.state()
+            congested = state.usage == "overusing" or now - self._last_decrease < FEC_HOLD_S
+            fec.set_protection(0 if congested else protection_for(state.loss))
             target = int(target * 255 / (255 + fec.factor))  # FEC's share of the estimate
         told = self._told
         if (

@@ -111,6 +111,12 @@ class CongestionController:
         self._remb = float(bitrate)
         self._target_changed(t)
 
+    def set_loss_tolerance(self, fraction: float) -> None:
+        """Loss up to `fraction` is repaired on the way (FEC): the loss-based bound takes only
+        what exceeds it as loss."""
+        if is_finite(fraction):
+            self._loss.tolerance = min(max(float(fraction), 0.0), 0.2)
+
     def set_bitrates(self, min_bitrate: int, max_bitrate: int) -> None:
         if not is_finite(min_bitrate, max_bitrate):
             return

@@ -46,6 +46,9 @@ class LossBasedBwe:
         self._decreased_since_report = False
         self._min_history: deque[tuple[float, float]] = deque()  # (time, bound), increasing
         self.rtt = 0.0
+        # loss the sender repairs before the receiver notices (forward error correction):
+        # both thresholds move up by it, so that random loss FEC covers holds no rate down
+        self.tolerance = 0.0
 
     def set_bounds(self, min_bitrate: float, max_bitrate: float) -> None:
         self._min, self._max = min_bitrate, max_bitrate
@@ -92,7 +95,7 @@ class LossBasedBwe:
         self._update_min_history(now)
         if self._last_report is None or now - self._last_report >= 1.2 * MAX_FEEDBACK_INTERVAL_S:
             return  # no loss report, or only a stale one: nothing to act on
-        loss = self.fraction_loss
+        loss = max(0.0, self.fraction_loss - self.tolerance)
         if loss <= LOW_LOSS:
             lowest = self._min_history[0][1]
             self._set(lowest * INCREASE_FACTOR + INCREASE_OFFSET)

@@ -8,6 +8,7 @@ One JSON object a line, written before the call is passed on:
     {"t": now, "remb": bps}
     {"t": now, "process": 1}
     {"bitrates": [min, max]}
+    {"tolerance": fraction}
 
 `next_probe` is not recorded: what the pacer pops changes no estimate, so the inputs above
 replay to the same targets. Files may be gzip'd (`open_recording` reads and writes both).
@@ -57,6 +58,10 @@ class ControllerRecorder:
     def on_remb(self, now: float, bitrate: int) -> None:
         self._write({"t": now, "remb": bitrate})
         self.controller.on_remb(now, bitrate)
+
+    def set_loss_tolerance(self, fraction: float) -> None:
+        self._write({"tolerance": fraction})
+        self.controller.set_loss_tolerance(fraction)
 
     def set_bitrates(self, min_bitrate: int, max_bitrate: int) -> None:
         self._write({"bitrates": [min_bitrate, max_bitrate]})
@@ -109,6 +114,8 @@ def replay(lines: Iterable[str], controller: CongestionController) -> list[tuple
             controller.on_remb(event["t"], event["remb"])
         elif "bitrates" in event:
             controller.set_bitrates(*event["bitrates"])
+        elif "tolerance" in event:
+            controller.set_loss_tolerance(event["tolerance"])
     return targets
 
 
