@@ -65,15 +65,16 @@ def run_step(
     after_s: float,
     port: int = 8080,
     record_dir: Path | None = None,
+    options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Chromium dragging all along while the link steps HIGH → LOW → HIGH, the worker on
     send path `path`; `timeline`'s figures, plus `monotonic_steps` (the step times on the
     machine's monotonic clock, which a recording's times share) and the page's last
-    `network` message."""
+    `network` message. `options`: more of `render-server serve`'s."""
     total = before_s + low_s + after_s
     extra = ["--record-congestion", str(record_dir)] if record_dir is not None else []
     with NetLab(HIGH) as lab:
-        url = lab.serve(port, *STREAM, "--send-path", path, *extra)
+        url = lab.serve(port, *STREAM, "--send-path", path, *extra, *options)
         # on the server's host: a poll across the stepped link would wait in its queue
         poller = lab.popen(
             "server", [sys.executable, "-c", POLLER, url + "/metrics", "0.25", str(total + 20)],

@@ -127,7 +127,12 @@ class PathControl:
             path.set_max_bitrate(most)
         quality = self.channel.quality
         before = self.steps.index
-        step = self.steps.observe(time.monotonic(), path.target, quality.resolution, quality.fps)
+        # on REMB alone (no transport feedback) the stream is left at its size, as before
+        step = (
+            self.steps.observe(time.monotonic(), path.target, quality.resolution, quality.fps)
+            if path.mode == "transport-cc"
+            else None
+        )
         if step is not None:
             self.channel.set_step(step)
             size, fps = self.channel.sent_format()

@@ -133,17 +133,20 @@ class SignalingClient:
         on_message: Callable[[str | bytes], None],
         on_open: Callable[[], None],
         codec: str = "H264",
+        transport_feedback: bool = True,
     ) -> tuple[RTCPeerConnection, RTCRtpReceiver, RTCDataChannel]:
         """A peer connection as the page opens one, ready to `negotiate`: a recvonly video
         transceiver that offers `codec` only (as the SDK's `codecs` option does; aiortc would
         put VP8 first), then the `input` data channel, whose messages go to `on_message`. Like
         Chromium it offers the playout-delay extension, so the worker sends what it would send
         a browser (the extension on every packet), and like a browser its receiver sends
-        transport-cc feedback, which the worker's congestion controller runs on."""
+        transport-cc feedback, which the worker's congestion controller runs on (unless not
+        `transport_feedback`: the worker then follows aiortc's REMB)."""
         register_playout_delay()
         pc = self.peer_connection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
-        send_transport_feedback(transceiver.receiver)
+        if transport_feedback:
+            send_transport_feedback(transceiver.receiver)
         transceiver.setCodecPreferences(codec_preferences(codec))
         channel = pc.createDataChannel("input")
         channel.on("open", on_open)

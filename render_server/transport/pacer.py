@@ -51,8 +51,12 @@ class PacingQueue:
 
     def queue_delay(self, now: float) -> float:
         """How long the oldest packet has waited (0 for an empty queue)."""
-        heads = [q[0].enqueued for q in (self._media, self._retransmissions) if q]
-        return now - min(heads) if heads else 0.0
+        media, resent = self._media, self._retransmissions
+        if media and resent:
+            return now - min(media[0].enqueued, resent[0].enqueued)
+        if media or resent:
+            return now - (media or resent)[0].enqueued
+        return 0.0
 
     def set_rate(self, rate: int) -> None:
         self.rate = max(1, rate)

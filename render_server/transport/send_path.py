@@ -14,7 +14,7 @@ the frames it protects (while the feedback reports loss), and NACKs are answered
 
 A browser that never sends transport-cc feedback (an aiortc client without a feedback
 generator, an old browser) leaves the path in `remb` mode: REMB sets the target, as before,
-and the pacer runs at the stream's maximum.
+and the pacer runs at 10 times the stream's maximum (a 4K keyframe still leaves spread).
 
 Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
 `_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc`,
@@ -51,12 +51,15 @@ from render_server.transport.transport_feedback import split_transport_feedback
 log = logging.getLogger(__name__)
 
 PROCESS_INTERVAL_S: Final = 0.025  # the controller's timers, as libwebrtc's 25 ms
+REMB_INTERVAL_S: Final = 0.25
 FEEDBACK_WAIT_S: Final = 2.0  # no transport-cc feedback this long after the first packet: REMB
 PACKET_OVERHEAD: Final = 10 + 8 + 20  # SRTP tag, UDP, IPv4: the controller counts wire bytes
 TARGET_STEP: Final = 0.05  # the encoder hears of a target that moved at least this share...
 TARGET_EVERY_S: Final = 1.0  # ...or of any change after this long
 PROBE_PACKET: Final = 1100
 FEC_LOSS_TOLERANCE: Final = 0.03
+SEND_RATE_WINDOW_S: Final = 0.5
+SEND_RATE_HEADROOM: Final = 1.5  # the pacer never runs slower than this x the sender's rate
 FEC_HOLD_S: Final = 2.0  # no FEC this long after the target fell (congestion, not noise)
 # the controller may estimate this many times the stream's most: the encoder never spends more
 # than the stream's, but the pacer's rate follows the estimate, and a pacer held to 2.5x a
@@ -101,6 +104,9 @@ class SendPath:
         self._retransmitting = False
         self._stopping = False
         self._last_decrease = -FEC_HOLD_S  # when the target last fell by a tenth or more
+        self._media_bytes = 0  # queued since _rate_since
+        self._rate_since = clock()
+        self._send_rate: float | None = None  # bits/s the sender queued, smoothed
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -142,7 +148,11 @@ class SendPath:
                     self.queue.push(bytearray(packet), now, kind="fec")
             else:
                 self.queue.push(bytearray(data), now)
-            self._wake.set()
+            self._media_bytes += len(data)
+            if self._probe is None:  # what the budget lets out now leaves now: no task hop
+                await self._send_ready(now)
+            if len(self.queue):
+                self._wake.set()
 
         async def handle_rtcp_data(data: bytes) -> None:
             feedbacks, rest = split_transport_feedback(data)
@@ -253,10 +263,10 @@ class SendPath:
                 self._update_rates()
                 if self._probe is None and self.mode == "transport-cc":
                     self._start_probe(self.controller.next_probe(now))
-                next_process = now + PROCESS_INTERVAL_S
-            for packet in self.queue.pop(now):
-                self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
-                await self._emit(packet.data, now, self._probe_id())
+                # on REMB alone the controller has nothing to time: the rates now and then
+                idle = self.mode == "remb"
+                next_process = now + (REMB_INTERVAL_S if idle else PROCESS_INTERVAL_S)
+            await self._send_ready(now)
             if self._probe is not None:
                 await self._pad_probe(now)
             wait = self.queue.wait(now)
@@ -275,15 +285,21 @@ class SendPath:
             else:
                 await asyncio.sleep(0)  # let the sender's loop and RTCP run between bursts
 
+    async def _send_ready(self, now: float) -> None:
+        for packet in self.queue.pop(now):
+            self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
+            await self._emit(packet.data, now, self._probe_id())
+
     async def _emit(self, data: bytearray, now: float, cluster: int | None) -> None:
         ids = self.sender._RTCRtpSender__rtp_header_extensions_map
         extension_id = getattr(ids, "transport_cc_id", None)
         if extension_id is not None and write_transport_sequence(
             data, extension_id, self._sequence & 0xFFFF
         ):
-            self.controller.on_packet_sent(
-                SentPacket(self._sequence, len(data) + PACKET_OVERHEAD, now, cluster)
-            )
+            if self.mode != "remb":  # on REMB alone no feedback will ever name it
+                self.controller.on_packet_sent(
+                    SentPacket(self._sequence, len(data) + PACKET_OVERHEAD, now, cluster)
+                )
             self._sequence += 1
             if self._first_sent is None:
                 self._first_sent = now
@@ -391,11 +407,22 @@ class SendPath:
             log.info("send_path.remb", extra={"reason": "no transport-cc feedback"})
 
     def _update_rates(self, force: bool = False) -> None:
-        if self.mode == "transport-cc":
-            self.queue.set_rate(self.controller.pacing_bitrate)
-        else:
-            self.queue.set_rate(int(self._max_bitrate * self._pacing_factor))
         target, now = self.target, self._clock()
+        # what the encoder really sends, smoothed: an encoder that does not follow the target
+        # (a replayed clip; a keyframe burst) is paced at its own rate, not queued behind it
+        elapsed = now - self._rate_since
+        if elapsed >= SEND_RATE_WINDOW_S:
+            sent = self._media_bytes * 8 / elapsed
+            self._send_rate = sent if self._send_rate is None else 0.5 * (self._send_rate + sent)
+            self._media_bytes, self._rate_since = 0, now
+        floor = int(SEND_RATE_HEADROOM * (self._send_rate or 0))
+        if self.mode == "transport-cc":
+            pacing = self.controller.pacing_bitrate
+        elif self.mode == "waiting":  # the first feedback is a round trip away: the stream's
+            pacing = int(self._max_bitrate * self._pacing_factor)
+        else:  # no estimate of the path: keyframe bursts spread, frames barely held
+            pacing = int(self._max_bitrate * self._pacing_factor * ESTIMATE_HEADROOM)
+        self.queue.set_rate(max(pacing, floor))
         if self._told is not None and target < 0.9 * self._told[0]:
             self._last_decrease = now
         fec = self.fec

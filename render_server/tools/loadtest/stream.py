@@ -198,9 +198,13 @@ class StreamProbe:
             self.result.started_size = f"{width}x{height}"
         self.result.state = "negotiating"
 
+        # no transport-cc feedback: arrival times stamped by a harness that shares the cores
+        # with tens of streams would read its own scheduling delays as congestion, and the
+        # worker would slow streams a browser's network thread would have let run
         self.pc, receiver, self._channel = signaling.viewer_peer(
-            self._on_message, self._on_channel_open, codec=self.config.codec
-        )
+            self._on_message, self._on_channel_open, codec=self.config.codec,
+            transport_feedback=False,
+        )  # fmt: skip
         self.pc.on("connectionstatechange", self._on_connection_state)
         observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
