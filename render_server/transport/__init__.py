@@ -18,9 +18,9 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
   with the pure wire formats `red`, `ulpfec`, `transport_feedback` behind it): wraps
   `RTCDtlsTransport._send_rtp` (RTP is queued and paced, numbered as it leaves) and
   `_handle_rtcp_data` (transport feedback read out before aiortc sees the datagram), wraps
-  `RTCRtpSender._retransmit` (retransmissions first), and for probes reads the sender's
+  `RTCRtpSender._retransmit` (retransmissions first); `probe_padding` reads the sender's
   `_RTCRtpSender__rtp_history`, `__rtx_payload_type`, `_rtx_ssrc` and advances
-  `__rtx_sequence_number`.
+  `__rtx_sequence_number` (probes are RTX copies of recent packets).
 - `timing.watch_sent_packets`: wraps `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
   `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX

@@ -90,3 +90,12 @@ def write_transport_sequence(packet: bytearray, extension_id: int, sequence: int
     packet[TRANSPORT_CC_OFFSET] = sequence >> 8 & 0xFF
     packet[TRANSPORT_CC_OFFSET + 1] = sequence & 0xFF
     return True
+
+
+def send_time_extension_ids(extensions: HeaderExtensionsMap) -> tuple[int, ...]:
+    """The ids of the header extensions written as a packet is sent (the transport-wide
+    number, abs-send-time), which a receiver zeroes before it decodes FEC (aiortc's private
+    `_HeaderExtensionsMap__ids`)."""
+    ids = getattr(extensions, "_HeaderExtensionsMap__ids", None)
+    found = (getattr(extensions, "transport_cc_id", None), getattr(ids, "abs_send_time", None))
+    return tuple(i for i in found if i is not None)

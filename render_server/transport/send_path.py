@@ -13,13 +13,13 @@ ULPFEC, `fec_path` renumbers the media on its way into the queue and adds FEC pa
 the frames it protects (while the feedback reports loss), and NACKs are answered through it.
 
 A browser that never sends transport-cc feedback (an aiortc client without a feedback
-generator, an old browser) leaves the path in `remb` mode: REMB sets the target, as before,
-and the pacer runs at 10 times the stream's maximum (a 4K keyframe still leaves spread).
+generator, an old browser) leaves the path in `remb` mode: REMB sets the target and packets
+leave at once, as with aiortc's own sender (the queue, should FEC or a backlog fill it,
+drains at 10 times the stream's maximum).
 
 Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
-`_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc`,
-`_RTCRtpSender__rtp_history`, `_RTCRtpSender__rtx_payload_type`,
-`_RTCRtpSender__rtx_sequence_number` and `_RTCRtpSender__rtp_header_extensions_map`.
+`_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc` and
+`_RTCRtpSender__rtp_header_extensions_map` (`probe_padding` reads the rest).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any, Final
 
-from aiortc.rtp import is_rtcp, wrap_rtx
+from aiortc.rtp import is_rtcp
 
 from render_server.transport.congestion import (
     CongestionController,
@@ -44,8 +44,12 @@ from render_server.transport.congestion import (
 )
 from render_server.transport.congestion.record import ControllerRecorder
 from render_server.transport.fec_path import FecPath, FecPayloadTypes, protection_for, split_nacks
-from render_server.transport.header_extensions import write_transport_sequence
+from render_server.transport.header_extensions import (
+    send_time_extension_ids,
+    write_transport_sequence,
+)
 from render_server.transport.pacer import PacingQueue
+from render_server.transport.probe_padding import padding_packet
 from render_server.transport.transport_feedback import split_transport_feedback
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,7 @@ class SendPath:
         self._fec_types: FecPayloadTypes | None = None
         self._probe_started = 0.0
         self._probe_source = 0  # which recent packet the next padding copies
+        self._last_media: int | None = None  # aiortc's number of the last media packet
 
     # -- installation ------------------------------------------------------------------------
 
@@ -133,6 +138,11 @@ class SendPath:
             if transport.state != "connected":  # as aiortc's: its sender loop ends on this
                 raise ConnectionError("Cannot send encrypted RTP, not connected")
             now, fec = self._clock(), self.fec
+            if self.mode == "remb" and fec is None and not len(self.queue):
+                # no feedback, nothing to pace against: aiortc's own way, a packet at once
+                self.packets[self._kind(data, self._retransmitting)] += 1
+                await self._send_now(data)
+                return
             if fec is None and self._fec_types is not None and not self._retransmitting:
                 fec = self._start_fec()
             if fec is None:
@@ -149,6 +159,8 @@ class SendPath:
             else:
                 self.queue.push(bytearray(data), now)
             self._media_bytes += len(data)
+            if not self._retransmitting and data[8:12] == self._media_ssrc:
+                self._last_media = int.from_bytes(data[2:4], "big")
             if self._probe is None:  # what the budget lets out now leaves now: no task hop
                 await self._send_ready(now)
             if len(self.queue):
@@ -206,7 +218,8 @@ class SendPath:
     def set_max_bitrate(self, max_bitrate: int) -> None:
         """The most the session's stream spends (its size and rate, the page's cap)."""
         self._max_bitrate = max_bitrate
-        self.controller.set_bitrates(_min_bitrate(max_bitrate), max_bitrate * ESTIMATE_HEADROOM)
+        least = max(100_000, max_bitrate // 10)  # a tenth of the stream's, 100 kbit/s at least
+        self.controller.set_bitrates(least, max_bitrate * ESTIMATE_HEADROOM)
         self._update_rates(force=True)
 
     def enable_fec(self, types: FecPayloadTypes) -> None:
@@ -221,10 +234,7 @@ class SendPath:
         """The FEC path, at the first media packet: the header-extension ids are known then
         (aiortc configures them when the sender starts)."""
         assert self._fec_types is not None
-        ids = self.sender._RTCRtpSender__rtp_header_extensions_map
-        # the receiver zeroes the extensions written at send time before it decodes FEC
-        zero = tuple(i for i in (getattr(ids, "transport_cc_id", None), _abs_send_time_id(ids))
-                     if i is not None)  # fmt: skip
+        zero = send_time_extension_ids(self.sender._RTCRtpSender__rtp_header_extensions_map)
         self.fec = FecPath(self.sender._ssrc, self.sender._rtx_ssrc, self._fec_types, zero)
         return self.fec
 
@@ -305,7 +315,7 @@ class SendPath:
                 self._first_sent = now
         await self._send_now(bytes(data))
 
-    def _kind(self, data: bytearray, retransmission: bool) -> str:
+    def _kind(self, data: bytes | bytearray, retransmission: bool) -> str:
         if not retransmission:
             return "media"
         rtx = int.from_bytes(data[8:12], "big") == self.sender._rtx_ssrc
@@ -356,25 +366,14 @@ class SendPath:
         self._probe_sent = (packets, sent)
 
     def _padding(self) -> bytearray | None:
-        """An RTX copy of a recent packet (the receiver drops it as a duplicate), or the
-        packet itself where RTX was not negotiated; None before any packet was sent."""
-        sender = self.sender
-        history: dict[int, Any] = sender._RTCRtpSender__rtp_history
-        if not history:
+        """A copy of a recent packet (probe_padding), numbered as the wire knows it."""
+        if self._last_media is None:
             return None
-        recent = sorted(history.values(), key=lambda p: p.sequence_number)[-8:]
-        packet = recent[self._probe_source % len(recent)]
+        data = padding_packet(self.sender, self._last_media, self._probe_source)
         self._probe_source += 1
-        rtx_type = sender._RTCRtpSender__rtx_payload_type
-        if rtx_type is not None:
-            sequence = sender._RTCRtpSender__rtx_sequence_number
-            sender._RTCRtpSender__rtx_sequence_number = (sequence + 1) & 0xFFFF
-            packet = wrap_rtx(packet, rtx_type, sequence, sender._rtx_ssrc)
-        data = packet.serialize(sender._RTCRtpSender__rtp_header_extensions_map)
-        if self.fec is not None:  # it names aiortc's number: the wire's, as a retransmission
-            wire = self.fec.retransmission(data)
-            return None if wire is None else bytearray(wire)
-        return bytearray(data)
+        if data is not None and self.fec is not None:  # aiortc's number → the wire's
+            data = self.fec.retransmission(data)
+        return None if data is None else bytearray(data)
 
     # -- feedback ---------------------------------------------------------------------------
 
@@ -447,13 +446,3 @@ class SendPath:
                 extra={"target": target, "pacing": self.queue.rate, "mode": self.mode,
                        "queue_ms": round(self.queue.queue_delay(now) * 1e3, 1)},
             )  # fmt: skip
-
-
-def _abs_send_time_id(extensions: Any) -> int | None:
-    ids = getattr(extensions, "_HeaderExtensionsMap__ids", None)
-    return getattr(ids, "abs_send_time", None)
-
-
-def _min_bitrate(max_bitrate: int) -> int:
-    """The least the controller may aim at: a tenth of the stream's, not under 100 kbit/s."""
-    return max(100_000, max_bitrate // 10)

@@ -1,0 +1,40 @@
+"""The bytes a probe cluster is sent with: copies of the packets just sent.
+
+A congestion controller's probe is a burst at a higher rate than the stream's; libwebrtc fills
+it with RTX copies of recent packets ("payload padding"), which the receiver drops as
+duplicates but counts in its transport feedback. Checked against aiortc 1.16: the sender's
+private `_RTCRtpSender__rtp_history` (keyed by sequence number modulo RTP_HISTORY_SIZE),
+`__rtx_payload_type`, `__rtx_sequence_number` (advanced here, as aiortc's retransmissions
+do), `_rtx_ssrc` and `__rtp_header_extensions_map`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from aiortc import rtcrtpsender
+from aiortc.rtp import wrap_rtx
+
+RECENT: Final = 8  # the packets a probe's padding cycles through
+
+
+def padding_packet(sender: Any, last_sequence: int, index: int) -> bytes | None:
+    """The `index`th padding packet after `sender`'s packet `last_sequence` (aiortc's number):
+    an RTX copy of one of the RECENT packets up to it, or the packet itself where RTX was not
+    negotiated; None where the history holds none of them."""
+    history: dict[int, Any] = sender._RTCRtpSender__rtp_history
+    size = int(getattr(rtcrtpsender, "RTP_HISTORY_SIZE"))  # noqa: B009 (a module global)
+    for step in range(RECENT):
+        sequence = (last_sequence - (index + step) % RECENT) & 0xFFFF
+        packet = history.get(sequence % size)
+        if packet is not None and packet.sequence_number == sequence:
+            break
+    else:
+        return None
+    rtx_type = sender._RTCRtpSender__rtx_payload_type
+    if rtx_type is not None:
+        number = sender._RTCRtpSender__rtx_sequence_number
+        sender._RTCRtpSender__rtx_sequence_number = (number + 1) & 0xFFFF
+        packet = wrap_rtx(packet, rtx_type, number, sender._rtx_ssrc)
+    data: bytes = packet.serialize(sender._RTCRtpSender__rtp_header_extensions_map)
+    return data
