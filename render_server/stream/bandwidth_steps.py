@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from render_server.config import Resolution
+from render_server.stream.quality import MIN_HEIGHT, MIN_WIDTH
 
 DOWN_SHARE: Final = 0.5
 DOWN_AFTER_S: Final = 1.5
 UP_SHARE: Final = 0.8
 UP_AFTER_S: Final = 2.5
-MIN_WIDTH: Final = 160
-MIN_HEIGHT: Final = 90
 
 
 @dataclass(frozen=True)

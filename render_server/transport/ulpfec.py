@@ -104,10 +104,10 @@ from render_server.transport.red import (
     RTP_HEADER_SIZE,
     rtp_layout,
 )
+from render_server.transport.transport_feedback_sequence import is_newer
 from render_server.transport.ulpfec_header import (
     L_BIT,
     SEQ_MASK,
-    is_newer,
     protected_value,
     zero_extensions,
 )

@@ -16,9 +16,9 @@ from render_server.transport.red import (
     rtp_layout,
     unwrap_red,
 )
+from render_server.transport.transport_feedback_sequence import is_newer
 from render_server.transport.ulpfec_header import (
     SEQ_MASK,
-    is_newer,
     parse_fec_header,
     protected_value,
     zero_extensions,

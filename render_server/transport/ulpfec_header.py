@@ -1,7 +1,7 @@
 """The ULPFEC payload's headers as libwebrtc's `UlpfecHeaderReader` reads them (`FecHeader`,
 `parse_fec_header`; the wire format is drawn in ulpfec.py), and what a FEC packet's XOR covers
 of a media packet: `protected_value`, with the header extensions the receiver zeroes first
-(`zero_extensions`). And libwebrtc's order of 16-bit sequence numbers (`is_newer`). Pure.
+(`zero_extensions`). Pure.
 """
 
 from __future__ import annotations
@@ -142,11 +142,3 @@ def protected_value(packet: bytes) -> int:
         ),
         "little",
     )
-
-
-def is_newer(sequence: int, previous: int) -> bool:
-    """libwebrtc's `IsNewerSequenceNumber`."""
-    diff = (sequence - previous) & SEQ_MASK
-    if diff == 0x8000:
-        return sequence > previous
-    return diff != 0 and diff < 0x8000
