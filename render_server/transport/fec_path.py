@@ -27,6 +27,7 @@ from struct import unpack_from
 from typing import Final, TypeVar
 
 from render_server.transport.red import rtp_layout, wrap_red
+from render_server.transport.rtcp_compound import rtcp_pieces
 from render_server.transport.ulpfec import FecParams, UlpfecGenerator
 
 RTCP_RTPFB: Final = 205
@@ -167,16 +168,10 @@ def split_nacks(data: bytes, media_ssrc: int) -> tuple[list[int], bytes]:
     that does not parse is left whole)."""
     lost: list[int] = []
     rest: list[bytes] = []
-    pos = 0
-    while pos + 4 <= len(data):
-        first, packet_type, length = unpack_from("!BBH", data, pos)
-        end = pos + 4 + 4 * length
-        if first >> 6 != 2 or end > len(data):
-            rest.append(data[pos:])
-            break
-        body = data[pos + 4 : end]
+    for piece in rtcp_pieces(data):
+        first, body = piece.first, piece.body
         if (
-            packet_type == RTCP_RTPFB
+            piece.packet_type == RTCP_RTPFB
             and first & 0x1F == NACK_FMT
             and not first & 0x20
             and len(body) >= 8
@@ -187,9 +182,5 @@ def split_nacks(data: bytes, media_ssrc: int) -> tuple[list[int], bytes]:
                 lost.append(pid)
                 lost.extend((pid + bit + 1) & 0xFFFF for bit in range(16) if blp >> bit & 1)
         else:
-            rest.append(data[pos:end])
-        pos = end
-    else:
-        if pos < len(data):
-            rest.append(data[pos:])
+            rest.append(piece.raw)
     return lost, b"".join(rest)

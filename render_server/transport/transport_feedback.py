@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from struct import pack, unpack_from
 from typing import Final
 
+from render_server.transport.rtcp_compound import rtcp_pieces
 from render_server.transport.transport_feedback_chunks import (
     LARGE,
     NOT_RECEIVED,
@@ -376,21 +377,12 @@ def split_transport_feedback(data: bytes) -> tuple[list[TransportFeedback], byte
     it whenever its length needs), refuses the whole datagram: a receiver report or NACK
     beside the feedback would be lost with it. The rest goes to aiortc instead."""
     found: list[TransportFeedback] = []
-    view = bytes(data)
     rest: list[bytes] = []
-    pos = 0
-    while pos + 4 <= len(view):
-        first, packet_type, length = unpack_from("!BBH", view, pos)
-        end = pos + 4 + 4 * length
-        if first >> 6 != 2 or end > len(view):
-            rest.append(view[pos:])  # where the next packet starts is unknown: aiortc judges
-            break
-        body = view[pos + 4 : end]
-        if packet_type != RTCP_RTPFB or first & 0x1F != TRANSPORT_FEEDBACK_FMT:
-            rest.append(view[pos:end])
-            pos = end
+    for piece in rtcp_pieces(bytes(data)):
+        first, body = piece.first, piece.body
+        if piece.packet_type != RTCP_RTPFB or first & 0x1F != TRANSPORT_FEEDBACK_FMT:
+            rest.append(piece.raw)  # aiortc's, a tail that does not parse included
             continue
-        pos = end
         if first & 0x20:  # padding: its length in the last byte
             if not body or not body[-1] or body[-1] > len(body):
                 continue
@@ -399,9 +391,6 @@ def split_transport_feedback(data: bytes) -> tuple[list[TransportFeedback], byte
             found.append(TransportFeedback.parse(body))
         except ValueError:
             continue
-    else:
-        if pos < len(view):
-            rest.append(view[pos:])
     return found, b"".join(rest)
 
 
