@@ -136,4 +136,6 @@ def test_page_streams_and_the_mouse_steers_the_camera(
     assert float(feedback.split()[1]) > 20  # ~every 50-100 ms for several seconds
     network = page.evaluate("window.renderStream.network")
     assert network["mode"] == "transport-cc" and network["targetKbps"] > 0, network
+    assert network["estimateKbps"] >= network["targetKbps"], network
+    assert 0 <= network["pathQueueMs"] < 30, network  # loopback: nothing stands in a queue
     assert page.text_content("#stat-estimate") not in ("", "–")

@@ -149,10 +149,11 @@ class PathControl:
         state = path.state()
         return {
             "type": "network", "mode": state["mode"],
-            "estimateKbps": state["delay_based"] // 1000, "targetKbps": path.target // 1000,
+            "estimateKbps": state["estimate"] // 1000, "targetKbps": path.target // 1000,
             "pacingKbps": state["pacing"] // 1000, "lossPercent": round(state["loss"] * 100, 2),
             "rttMs": None if state["rtt"] is None else round(state["rtt"] * 1e3, 1),
-            "queueMs": state["queue_ms"], "probing": state["probing"], "step": self.steps.index,
+            "queueMs": state["queue_ms"], "pathQueueMs": round(state["path_queue"] * 1e3, 1),
+            "probing": state["probing"], "step": self.steps.index,
             "width": size.width, "height": size.height, "fps": fps,
             "resent": self.nacks[True], "resendMissing": self.nacks[False],
         }  # fmt: skip

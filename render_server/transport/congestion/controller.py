@@ -6,8 +6,11 @@ the pacer) and the probe clusters to send (`next_probe`). Every method takes the
 raises on odd input (unknown or repeated sequence numbers, jumps of the receiver's clock,
 time going back: the controller's own time never does).
 
-target = min(delay-based, loss-based, REMB) within [min, max], where the loss-based bound is
-itself kept under the delay-based estimate (as libwebrtc's SendSideBandwidthEstimation is).
+estimate = min(delay-based, loss-based, REMB) within [min, max], where the loss-based bound is
+itself kept under the delay-based estimate (as libwebrtc's SendSideBandwidthEstimation is);
+the pacer and the probes go by it. The encoder's target is the estimate, less while a queue
+stands on the path (`queue_delay`: what a capacity drop left is drained within half a second
+instead of the seconds GoogCC's 15 % margin takes).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .delay_based import DelayBasedBwe
 from .history import SendHistory
 from .loss import HIGH_LOSS, LossBasedBwe
 from .probing import ProbeBitrateEstimator, ProbeController
+from .queue_delay import QueueDelay
 from .rtt import RttEstimator
 from .throughput import AcknowledgedBitrate
 from .types import CongestionState, PacketFeedback, ProbeCluster, SentPacket, is_finite
@@ -51,6 +55,7 @@ class CongestionController:
         self._probes = ProbeController(start, self._max)
         self._probe_estimator = ProbeBitrateEstimator()
         self._alr = AlrDetector(start)
+        self._queue = QueueDelay()
 
     @property
     def min_bitrate(self) -> int:
@@ -61,15 +66,27 @@ class CongestionController:
         return int(self._max)
 
     @property
-    def target_bitrate(self) -> int:
-        target = min(self._delay.estimate, self._loss.estimate)
+    def estimate(self) -> int:
+        """What the path carries, as far as the controller knows (bits/s)."""
+        estimate = min(self._delay.estimate, self._loss.estimate)
         if self._remb is not None:
-            target = min(target, self._remb)
-        return int(min(max(target, self._min), self._max))
+            estimate = min(estimate, self._remb)
+        return int(min(max(estimate, self._min), self._max))
+
+    @property
+    def target_bitrate(self) -> int:
+        """What the encoder should send: the estimate, less while a queue drains."""
+        factor = 1.0 if self._now is None else self._queue.factor(self._now)
+        return int(max(self.estimate * factor, self._min))
+
+    @property
+    def queue_delay(self) -> float:
+        """Seconds of queueing on the path at the latest feedback."""
+        return 0.0 if self._now is None else self._queue.queue(self._now)
 
     @property
     def pacing_bitrate(self) -> int:
-        return int(max(self.target_bitrate * self.pacing_factor, PACING_FLOOR))
+        return int(max(self.estimate * self.pacing_factor, PACING_FLOOR))
 
     def on_packet_sent(self, packet: SentPacket) -> None:
         if not self._history.add(packet):
@@ -89,6 +106,7 @@ class CongestionController:
         if received:
             self._update_rtt(t - max(r.sent.send_time for r in received))
         self._throughput.update(received)
+        self._queue.update(t, received)
         for result in received:
             cluster_id = result.sent.probe_cluster
             cluster = None if cluster_id is None else self._probes.cluster(cluster_id)
@@ -151,6 +169,7 @@ class CongestionController:
         acknowledged = self._throughput.bitrate
         return CongestionState(
             target=self.target_bitrate,
+            estimate=self.estimate,
             pacing=self.pacing_bitrate,
             delay_based=int(self._delay.estimate),
             loss_based=int(self._loss.estimate),
@@ -160,6 +179,7 @@ class CongestionController:
             loss=self._loss.fraction_loss,
             rtt=self._rtt.rtt,
             probing=self._probes.probing,
+            path_queue=self.queue_delay,
         )
 
     def _update_rtt(self, sample: float) -> None:
@@ -170,9 +190,9 @@ class CongestionController:
             self._loss.rtt = rtt
 
     def _target_changed(self, now: float) -> None:
-        target = self.target_bitrate
-        self._alr.set_estimate(target)
-        self._probes.set_estimate(target, now)
+        estimate = self.estimate
+        self._alr.set_estimate(estimate)
+        self._probes.set_estimate(estimate, now)
 
     def _clock(self, now: float) -> float | None:
         """`now`, never before a time seen already; None for a time that is not a number."""

@@ -55,6 +55,7 @@ class CongestionState:
     """A snapshot for stats pages, logs and metrics."""
 
     target: int  # bits/s: what the encoder should aim at
+    estimate: int  # bits/s: what the path carries (the target, unless a queue drains)
     pacing: int  # bits/s
     delay_based: int
     loss_based: int
@@ -64,6 +65,7 @@ class CongestionState:
     loss: float  # fraction lost in the last window
     rtt: float | None  # seconds
     probing: bool
+    path_queue: float = 0.0  # seconds of queueing on the path at the latest feedback
 
 
 @dataclass(frozen=True, slots=True)
