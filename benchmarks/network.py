@@ -40,13 +40,33 @@ SECRET = "bench-turn-secret"
 FRAME_INTERVAL_MS = 1000 / 30
 
 
-def gaps(shown: list[float]) -> dict[str, Any]:
+def gaps(shown: list[float], sent: list[list[float | None]] | None = None) -> dict[str, Any]:
+    """Freezes (gaps over three frame intervals between frames shown) and the longest gap;
+    with each shown frame's RTP timestamp and receive time (`sent`), what each freeze came
+    with: a frame the worker never sent (its RTP timestamps a frame interval or more apart
+    beyond the one expected: its clock skipped a frame on this busy machine), else a late
+    arrival (the path: the receive times as far apart as the freeze), else the browser's
+    display."""
     steps = [b - a for a, b in zip(shown, shown[1:], strict=False)]
-    freezes = [g for g in steps if g > 3 * FRAME_INTERVAL_MS]
+    freezes = [i for i, g in enumerate(steps) if g > 3 * FRAME_INTERVAL_MS]
+    causes = {"worker": 0, "path": 0, "display": 0}
+    if sent is not None and len(sent) == len(shown):
+        for i in freezes:
+            (rtp_a, got_a), (rtp_b, got_b) = sent[i], sent[i + 1]
+            if rtp_a is not None and rtp_b is not None:
+                sent_gap = ((int(rtp_b) - int(rtp_a)) % 2**32) / 90
+                if sent_gap >= 1.5 * FRAME_INTERVAL_MS:
+                    causes["worker"] += 1
+                    continue
+            if got_a is not None and got_b is not None and got_b - got_a > 2.5 * FRAME_INTERVAL_MS:
+                causes["path"] += 1
+            else:
+                causes["display"] += 1
     return {
         "longest_gap_ms": max(steps, default=0.0),
         "freezes": len(freezes),
-        "freezes_over_200ms": sum(1 for g in freezes if g > 200),
+        "freezes_over_200ms": sum(1 for i in freezes if steps[i] > 200),
+        "freezes_by_cause": causes if sent is not None else None,
     }
 
 
@@ -60,11 +80,14 @@ def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
         "fps": len(shown) / window_s if window_s else 0.0,
         "i2p_p50": summary["inputToPhoton"]["p50"],
         "g2g_p50": summary["glassToGlass"]["p50"],
-        **gaps(shown),
+        **gaps(shown, summary.get("sent")),
     }
 
 
 STREAM = ("--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
+# `--encoder replay`: a clip encoded once, sent at its own bitrate (no rendering or encoding per
+# frame, so the worker's frame clock competes less with Chromium for this machine's two cores)
+ENCODERS = {"x264": ("--encoder", "x264"), "replay": ("--encoder", "replay")}
 # the send paths compared: ours, ours without forward error correction, stock aiortc's
 PATHS = {
     "paced": ("--send-path", "paced"),
@@ -74,12 +97,14 @@ PATHS = {
 PORTS = {"paced": 8080, "stock": 8081, "paced-nofec": 8082}
 
 
-def lossy_link(seconds: float, paths: list[str], repeat: int = 1) -> dict[str, Any]:
+def lossy_link(
+    seconds: float, paths: list[str], repeat: int = 1, encoder: str = "x264"
+) -> dict[str, Any]:
     clean = LinkProfile(rtt_ms=40)
     lossy = LinkProfile(rtt_ms=40, loss=0.02, rate_kbit=8000)
     out: dict[str, Any] = {}
     with NetLab(clean) as lab:
-        urls = {p: lab.serve(PORTS[p], *STREAM, *PATHS[p]) for p in paths}
+        urls = {p: lab.serve(PORTS[p], *STREAM, *ENCODERS[encoder], *PATHS[p]) for p in paths}
         for name, profile in (("clean 40 ms", clean), ("40 ms, 2 % loss, 8 Mbit/s", lossy)):
             lab.set_profile(profile)
             for run in range(repeat):  # the paths alternate: the machine's noise hits all
@@ -174,6 +199,8 @@ def main() -> int:
     parser.add_argument("--only", choices=("links", "step", "relay"))
     parser.add_argument("--paths", default="paced,paced-nofec,stock",
                         help="send paths to compare: paced, paced-nofec, stock")  # fmt: skip
+    parser.add_argument("--encoder", choices=tuple(ENCODERS), default="x264",
+                        help="the links' worker encoder (the step always uses x264)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     unavailable = lab_available()
@@ -181,7 +208,11 @@ def main() -> int:
         print(f"network.py: {unavailable}", file=sys.stderr)
         return 2
     paths = [p for p in args.paths.split(",") if p]
-    links = lossy_link(args.seconds, paths, args.repeat) if args.only in (None, "links") else {}
+    links = (
+        lossy_link(args.seconds, paths, args.repeat, args.encoder)
+        if args.only in (None, "links")
+        else {}
+    )
     steps = args.only in (None, "step")
     stepped = (
         {p: run_step(p, 6.0, 8.0, 12.0) for p in paths if p != "paced-nofec"} if steps else None
@@ -196,13 +227,18 @@ def main() -> int:
         print_step(result, args.plot, path)
     if not links and not relay:
         return 0
-    print("Chromium, 1280x720 at 30 fps, drag window (ms)")
+    print(
+        f"Chromium, 1280x720 at 30 fps ({args.encoder}), drag window (ms); freezes by what"
+        " they came with: w = a frame the worker never sent, p = the path, d = display"
+    )
     print(f"{'link · send path':<44}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
-          f"{'freezes':>9}{'>200ms':>8}{'longest':>9}")  # fmt: skip
+          f"{'freezes':>9}{'w/p/d':>10}{'>200ms':>8}{'longest':>9}")  # fmt: skip
     for name, r in links.items():
+        causes = r["freezes_by_cause"] or {}
+        split = "/".join(str(causes.get(k, "?")) for k in ("worker", "path", "display"))
         print(f"{name:<44}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
-              f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{r['freezes_over_200ms']:>8}"
-              f"{r['longest_gap_ms']:>9.0f}")  # fmt: skip
+              f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{split:>10}"
+              f"{r['freezes_over_200ms']:>8}{r['longest_gap_ms']:>9.0f}")  # fmt: skip
     if not relay:
         return 0
     direct, relayed = relay["direct"], relay["relay (TURN/UDP)"]

@@ -62,18 +62,28 @@ print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(int(width), 
     before_drag=before, after_drag=after, summary_script=summary, first_moves=0)))
 """
 # the page scripts of a drag window that keeps every displayed frame's time (`shown`, the
-# page's clock) beside the SDK's latency summary
+# page's clock), its RTP timestamp and when its last packet arrived (`sent`, from the video
+# frame callback's metadata) beside the SDK's latency summary
 SHOWN_OPEN_JS = """() => {
   const video = window.renderStream.video;
   window.__shown = [];
+  window.__sent = [];  // each shown frame's RTP timestamp and when its last packet came (ms)
   window.__t0 = performance.now();
-  const tick = (now) => { window.__shown.push(now); video.requestVideoFrameCallback(tick); };
+  const tick = (now, meta) => {
+    window.__shown.push(now);
+    window.__sent.push([meta.rtpTimestamp ?? null, meta.receiveTime ?? null]);
+    video.requestVideoFrameCallback(tick);
+  };
   video.requestVideoFrameCallback(tick);
 }"""
 SHOWN_CLOSE_JS = "() => { window.__t1 = performance.now(); }"
-SHOWN_SUMMARY_JS = """() => ({ ...window.renderStream.latency(),
-  shown: window.__shown.filter((t) => t >= window.__t0 && t <= window.__t1),
-  t0: window.__t0, t1: window.__t1 })"""
+SHOWN_SUMMARY_JS = """() => {
+  const keep = window.__shown.map((t) => t >= window.__t0 && t <= window.__t1);
+  return { ...window.renderStream.latency(),
+    shown: window.__shown.filter((_, i) => keep[i]),
+    sent: window.__sent.filter((_, i) => keep[i]),
+    t0: window.__t0, t1: window.__t1 };
+}"""
 
 
 def lab_available() -> str | None:
