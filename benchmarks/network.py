@@ -40,25 +40,33 @@ SECRET = "bench-turn-secret"
 FRAME_INTERVAL_MS = 1000 / 30
 
 
-def gaps(shown: list[float], sent: list[list[float | None]] | None = None) -> dict[str, Any]:
+def gaps(
+    shown: list[float],
+    sent: list[list[float | None]] | None = None,
+    records: list[int] | None = None,
+) -> dict[str, Any]:
     """Freezes (gaps over three frame intervals between frames shown) and the longest gap;
-    with each shown frame's RTP timestamp and receive time (`sent`), what each freeze came
-    with: a frame the worker never sent (its RTP timestamps a frame interval or more apart
-    beyond the one expected: its clock skipped a frame on this busy machine), else a late
-    arrival (the path: the receive times as far apart as the freeze), else the browser's
-    display."""
+    with each shown frame's RTP timestamp and receive time (`sent`) and the RTP timestamps of
+    the frames the worker sent (`records`), what each freeze came with: no frame sent between
+    the two shown (the worker's frame clock skipped on this busy machine: "worker"); else
+    frames that were sent but not shown, and the two shown frames' last packets arrived as far
+    apart as the freeze ("path": late or lost on the way); else the browser ("display")."""
     steps = [b - a for a, b in zip(shown, shown[1:], strict=False)]
     freezes = [i for i, g in enumerate(steps) if g > 3 * FRAME_INTERVAL_MS]
     causes = {"worker": 0, "path": 0, "display": 0}
-    if sent is not None and len(sent) == len(shown):
+    known = sent is not None and records is not None and len(sent) == len(shown)
+    if known:
+        assert sent is not None and records is not None
         for i in freezes:
             (rtp_a, got_a), (rtp_b, got_b) = sent[i], sent[i + 1]
-            if rtp_a is not None and rtp_b is not None:
-                sent_gap = ((int(rtp_b) - int(rtp_a)) % 2**32) / 90
-                if sent_gap >= 1.5 * FRAME_INTERVAL_MS:
-                    causes["worker"] += 1
-                    continue
-            if got_a is not None and got_b is not None and got_b - got_a > 2.5 * FRAME_INTERVAL_MS:
+            if rtp_a is None or rtp_b is None or got_a is None or got_b is None:
+                causes["display"] += 1
+                continue
+            span = (int(rtp_b) - int(rtp_a)) % 2**32
+            between = any(0 < (r - int(rtp_a)) % 2**32 < span for r in records)
+            if not between:
+                causes["worker"] += 1
+            elif got_b - got_a > 2.5 * FRAME_INTERVAL_MS:
                 causes["path"] += 1
             else:
                 causes["display"] += 1
@@ -66,7 +74,7 @@ def gaps(shown: list[float], sent: list[list[float | None]] | None = None) -> di
         "longest_gap_ms": max(steps, default=0.0),
         "freezes": len(freezes),
         "freezes_over_200ms": sum(1 for i in freezes if steps[i] > 200),
-        "freezes_by_cause": causes if sent is not None else None,
+        "freezes_by_cause": causes if known else None,
     }
 
 
@@ -80,7 +88,7 @@ def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
         "fps": len(shown) / window_s if window_s else 0.0,
         "i2p_p50": summary["inputToPhoton"]["p50"],
         "g2g_p50": summary["glassToGlass"]["p50"],
-        **gaps(shown, summary.get("sent")),
+        **gaps(shown, summary.get("sent"), summary.get("records")),
     }
 
 
@@ -88,13 +96,15 @@ STREAM = ("--renderer", "cpu", "--resolution", "1280x720", "--fps", "30")
 # `--encoder replay`: a clip encoded once, sent at its own bitrate (no rendering or encoding per
 # frame, so the worker's frame clock competes less with Chromium for this machine's two cores)
 ENCODERS = {"x264": ("--encoder", "x264"), "replay": ("--encoder", "replay")}
-# the send paths compared: ours, ours without forward error correction, stock aiortc's
+# the send paths compared: ours, ours without forward error correction, ours with each FEC
+# packet sent once (no RTX copies), stock aiortc's
 PATHS = {
     "paced": ("--send-path", "paced"),
     "paced-nofec": ("--send-path", "paced", "--fec", "off"),
+    "paced-single": ("--send-path", "paced", "--fec-copies", "off"),
     "stock": ("--send-path", "stock"),
 }
-PORTS = {"paced": 8080, "stock": 8081, "paced-nofec": 8082}
+PORTS = {"paced": 8080, "stock": 8081, "paced-nofec": 8082, "paced-single": 8083}
 
 
 def lossy_link(
@@ -197,8 +207,8 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, default=Path("network-step.png"),
                         help="the step's time series (PNG)")  # fmt: skip
     parser.add_argument("--only", choices=("links", "step", "relay"))
-    parser.add_argument("--paths", default="paced,paced-nofec,stock",
-                        help="send paths to compare: paced, paced-nofec, stock")  # fmt: skip
+    parser.add_argument("--paths", default="paced,paced-single,paced-nofec,stock",
+                        help="send paths: paced, paced-single, paced-nofec, stock")  # fmt: skip
     parser.add_argument("--encoder", choices=tuple(ENCODERS), default="x264",
                         help="the links' worker encoder (the step always uses x264)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
@@ -215,7 +225,9 @@ def main() -> int:
     )
     steps = args.only in (None, "step")
     stepped = (
-        {p: run_step(p, 6.0, 8.0, 12.0) for p in paths if p != "paced-nofec"} if steps else None
+        {p: run_step(p, 6.0, 8.0, 12.0) for p in paths if p in ("paced", "stock")}
+        if steps
+        else None
     )
     if stepped:
         draw(stepped, args.plot)
@@ -229,7 +241,7 @@ def main() -> int:
         return 0
     print(
         f"Chromium, 1280x720 at 30 fps ({args.encoder}), drag window (ms); freezes by what"
-        " they came with: w = a frame the worker never sent, p = the path, d = display"
+        " they came with: w = no frame sent between, p = sent, late on the path, d = display"
     )
     print(f"{'link · send path':<44}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
           f"{'freezes':>9}{'w/p/d':>10}{'>200ms':>8}{'longest':>9}")  # fmt: skip

@@ -63,12 +63,22 @@ print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(int(width), 
 """
 # the page scripts of a drag window that keeps every displayed frame's time (`shown`, the
 # page's clock), its RTP timestamp and when its last packet arrived (`sent`, from the video
-# frame callback's metadata) beside the SDK's latency summary
+# frame callback's metadata), the RTP timestamps of every frame the worker sent (`records`,
+# its timing records) beside the SDK's latency summary
 SHOWN_OPEN_JS = """() => {
   const video = window.renderStream.video;
   window.__shown = [];
   window.__sent = [];  // each shown frame's RTP timestamp and when its last packet came (ms)
   window.__t0 = performance.now();
+  // every frame the worker says it sent (its timing records, keyed by RTP timestamp)
+  window.__records = [];
+  const meter = window.renderStream.latencyMeter, onTiming = meter.onTiming.bind(meter);
+  meter.onTiming = (rows) => {
+    for (const row of rows) {
+      if (Array.isArray(row) && row[0] !== null) window.__records.push(row[0] >>> 0);
+    }
+    onTiming(rows);
+  };
   const tick = (now, meta) => {
     window.__shown.push(now);
     window.__sent.push([meta.rtpTimestamp ?? null, meta.receiveTime ?? null]);
@@ -81,7 +91,7 @@ SHOWN_SUMMARY_JS = """() => {
   const keep = window.__shown.map((t) => t >= window.__t0 && t <= window.__t1);
   return { ...window.renderStream.latency(),
     shown: window.__shown.filter((_, i) => keep[i]),
-    sent: window.__sent.filter((_, i) => keep[i]),
+    sent: window.__sent.filter((_, i) => keep[i]), records: window.__records,
     t0: window.__t0, t1: window.__t1 };
 }"""
 

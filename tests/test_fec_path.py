@@ -4,6 +4,10 @@ back into aiortc's, and FEC packets answered from what was kept."""
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Callable
+
 from aiortc.rtp import RtcpRtpfbPacket, RtpPacket, wrap_rtx
 
 from render_server.transport.fec_path import (
@@ -12,6 +16,7 @@ from render_server.transport.fec_path import (
     protection_for,
     split_nacks,
 )
+from render_server.transport.paced_negotiation import fec_payload_types
 from render_server.transport.red import unwrap_red
 from render_server.transport.ulpfec_decoder import UlpfecDecoder
 
@@ -40,8 +45,43 @@ def seq(packet: bytes) -> int:
 
 def test_protection_follows_loss() -> None:
     assert protection_for(0.0) == 0 and protection_for(0.005) == 0
-    assert protection_for(0.02) == 51  # two FEC packets per ten media packets
+    assert protection_for(0.01) == 51  # two FEC packets per ten media packets
+    assert protection_for(0.02) == 102  # four per ten
     assert protection_for(0.3) == 128  # at most one per two
+
+
+def held_frames(media_packets: int, factor: int, loss: float) -> float:
+    """The share of frames of `media_packets` protected at `factor` whose media ULPFEC does
+    not rebuild when each packet (media or FEC) is lost with probability `loss`: every loss
+    pattern of up to three packets decoded, more counted as not rebuilt."""
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    path.set_protection(factor)
+    out = [p for packet in frame(0, media_packets) for p in path.media(packet)]
+    total, held = len(out), 0.0
+    for k in range(1, 4):
+        for lost in itertools.combinations(range(total), k):
+            if all(i >= media_packets for i in lost):
+                continue  # only FEC lost: the frame is whole
+            decoder = UlpfecDecoder(MEDIA_SSRC)
+            rebuilt = [
+                seq(r)
+                for i, packet in enumerate(out)
+                if i not in lost
+                for r in decoder.add_red_packet(packet, TYPES.ulpfec)
+            ]
+            if not all(seq(out[i]) in rebuilt for i in lost if i < media_packets):
+                held += loss**k * (1 - loss) ** (total - k)
+    return held + sum(
+        math.comb(total, k) * loss**k * (1 - loss) ** (total - k) for k in range(4, total + 1)
+    )
+
+
+def test_at_2_percent_loss_a_ten_packet_frame_waits_for_a_nack_one_time_in_500() -> None:
+    ours = held_frames(10, protection_for(0.02), 0.02)
+    two_per_ten = held_frames(10, 51, 0.02)
+    none = 1 - 0.98**10
+    print(f"frames held: {ours:.4%} ({protection_for(0.02)}), {two_per_ten:.4%} (51), {none:.2%}")
+    assert ours < 0.002 < 0.008 < two_per_ten < 0.012 and none > 0.18
 
 
 def test_an_unprotected_path_only_renumbers() -> None:
@@ -55,7 +95,7 @@ def test_an_unprotected_path_only_renumbers() -> None:
 
 def test_a_protected_frame_goes_in_red_with_fec_after_it_and_a_lost_packet_is_rebuilt() -> None:
     path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
-    path.set_protection(protection_for(0.02))
+    path.set_protection(51)
     sent = frame(65530, 10)  # aiortc's numbers wrap inside the frame
     out = [p for packet in sent for p in path.media(packet)]
     assert len(out) == 12 and path.fec_sent == 2
@@ -121,3 +161,117 @@ def test_split_nacks_takes_out_the_media_streams_nacks_only() -> None:
     lost, rest = split_nacks(report + ours + other, MEDIA_SSRC)
     assert lost == [10, 11, 30] and rest == report + other
     assert split_nacks(b"\x80", MEDIA_SSRC) == ([], b"\x80")
+
+
+def rtx_numbers(start: int) -> Callable[[], int]:
+    counter = itertools.count(start)
+    return lambda: next(counter) & 0xFFFF
+
+
+def unwrap_rtx(packet: bytes, media_ssrc: int, red: int) -> bytes:
+    """What the receiver restores from an RTX packet: the original number and type, back on
+    the media stream."""
+    header = 12 + 4 * (packet[0] & 0x0F)
+    if packet[0] & 0x10:
+        header += 4 + 4 * int.from_bytes(packet[header + 2 : header + 4], "big")
+    return b"".join(
+        (
+            packet[:1],
+            bytes((packet[1] & 0x80 | red,)),
+            packet[header : header + 2],
+            packet[4:8],
+            media_ssrc.to_bytes(4, "big"),
+            packet[12:header],
+            packet[header + 2 :],
+        )
+    )
+
+
+def test_a_frames_last_fec_packet_goes_once_more_as_an_rtx_copy_that_stands_in_for_it() -> None:
+    numbers = rtx_numbers(65535)
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), numbers)
+    path.set_protection(51)
+    assert path.share == 51 + 26
+    out = [p for packet in frame(100, 10) for p in path.media(packet)]
+    assert len(out) == 13 and path.fec_sent == 2  # media, FEC, then the last FEC's copy
+    last, copy = out[11], out[12]
+    assert int.from_bytes(copy[8:12], "big") == RTX_SSRC
+    assert copy[1] == TYPES.rtx_red  # RTX for RED, marker clear
+    assert copy[4:8] == last[4:8]  # the timestamp
+    assert seq(copy) == 65535 and numbers() == 0  # the caller's RTX number, taken once
+    assert unwrap_rtx(copy, MEDIA_SSRC, TYPES.red) == last  # bit for bit
+    # the browser loses a media packet and the last FEC packet: the copy rebuilds it
+    decoder = UlpfecDecoder(MEDIA_SSRC)
+    rebuilt: list[bytes] = []
+    for i, packet in enumerate(out):
+        if i in (4, 11):
+            continue
+        if i == 12:
+            packet = unwrap_rtx(packet, MEDIA_SSRC, TYPES.red)
+        rebuilt += decoder.add_red_packet(packet, TYPES.ulpfec)
+    assert unwrap_red(out[4], TYPES.red) in rebuilt
+    # an unprotected frame has no FEC to copy
+    path.set_protection(0)
+    assert len([p for packet in frame(110, 4, 1800) for p in path.media(packet)]) == 4
+    assert path.share == 0
+
+
+def test_no_copies_without_rtx_for_red_or_numbers_to_send_them_with() -> None:
+    no_rtx_red = FecPayloadTypes(media=102, red=120, ulpfec=121, rtx_red=None)
+    for path in (
+        FecPath(MEDIA_SSRC, RTX_SSRC, no_rtx_red, (), rtx_numbers(0)),
+        FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ()),
+    ):
+        path.set_protection(51)
+        assert path.share == 51
+        out = [p for packet in frame(100, 10) for p in path.media(packet)]
+        assert len(out) == 12
+
+
+def test_protection_holds_the_highest_loss_of_the_last_ten_seconds() -> None:
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    assert path.protection(0.0, 0.0) == 0
+    assert path.protection(1.0, 0.02) == protection_for(0.02)
+    # half-second windows of 2 % random loss read 0 now and then: the protection stays
+    assert path.protection(1.5, 0.0) == protection_for(0.02)
+    assert path.protection(6.0, 0.012) == protection_for(0.02)
+    assert path.protection(7.0, 0.05) == protection_for(0.05)  # more loss: more at once
+    assert path.protection(16.5, 0.0) == protection_for(0.05)  # 9.5 s ago: still held
+    assert path.protection(17.5, 0.0) == 0  # ten seconds without loss: none
+
+
+def answer(first: str) -> str:
+    """A browser-facing answer's video section with `first` as its media codec."""
+    rtpmaps = {"H264": "102 H264/90000", "VP8": "96 VP8/90000"}
+    pt = rtpmaps[first].split()[0]
+    return "\r\n".join([
+        "v=0", "o=- 1 1 IN IP4 0.0.0.0", "s=-", "t=0 0",
+        f"m=video 9 UDP/TLS/RTP/SAVPF {pt} 103 120 122 121", "c=IN IP4 0.0.0.0",
+        "a=mid:0", "a=sendonly", "a=rtcp-mux",
+        f"a=rtpmap:{rtpmaps[first]}", "a=rtpmap:103 rtx/90000", f"a=fmtp:103 apt={pt}",
+        "a=rtpmap:120 red/90000", "a=rtpmap:122 rtx/90000", "a=fmtp:122 apt=120",
+        "a=rtpmap:121 ulpfec/90000", "",
+    ])  # fmt: skip
+
+
+def test_the_answer_names_the_payload_types_and_whether_frames_wait_in_order() -> None:
+    h264 = fec_payload_types(answer("H264"))
+    vp8 = fec_payload_types(answer("VP8"))
+    assert h264 == FecPayloadTypes(102, 120, 121, 122, in_order=True)
+    assert vp8 == FecPayloadTypes(96, 120, 121, 122, in_order=False)
+    assert fec_payload_types(answer("VP8").replace("a=rtpmap:121 ulpfec/90000\r\n", "")) is None
+    assert fec_payload_types("not sdp") is None
+
+
+def test_an_in_order_codec_gets_one_fec_packet_a_frame_that_rebuilds_any_one_packet() -> None:
+    types = FecPayloadTypes(media=102, red=120, ulpfec=121, rtx_red=122, in_order=True)
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, types, (), rtx_numbers(0))
+    path.set_protection(protection_for(0.05))  # much loss: still one FEC packet
+    assert path.share == 26 + 26
+    out = [p for packet in frame(300, 9) for p in path.media(packet)]
+    assert len(out) == 11 and path.fec_sent == 1  # nine media, the FEC packet, its copy
+    for lost in range(9):
+        decoder = UlpfecDecoder(MEDIA_SSRC)
+        rebuilt = [r for i, p in enumerate(out[:10]) if i != lost
+                   for r in decoder.add_red_packet(p, TYPES.ulpfec)]  # fmt: skip
+        assert rebuilt == [unwrap_red(out[lost], TYPES.red)]

@@ -148,6 +148,12 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "loses packets, where the browser offers it (%(default)s)",
     )  # fmt: skip
     g.add_argument(
+        "--fec-copies", choices=("on", "off"),
+        default=env("fec_copies", "on" if s.fec_copies else "off"),
+        help="send each FEC packet once more as an RTX copy where the browser negotiated RTX "
+        "for RED: a lost FEC packet no longer holds H.264's next frame (%(default)s)",
+    )  # fmt: skip
+    g.add_argument(
         "--record-congestion", metavar="DIR",
         default=env_value("record_congestion"),
         help="write each paced session's congestion-controller inputs (transport feedback, "
@@ -353,6 +359,7 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         send_path=args.send_path,
         congestion_record_dir=args.record_congestion,
         fec=args.fec == "on",
+        fec_copies=args.fec_copies == "on",
         codecs=_codecs(args.codecs),
     )
 

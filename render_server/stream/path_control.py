@@ -75,11 +75,12 @@ class PathControl:
         self.channel.set_step(self.steps.step)
         return self.path
 
-    def answered(self, answer_sdp: str) -> bool:
-        """The answer is set: forward error correction where it has RED and ULPFEC."""
+    def answered(self, answer_sdp: str, fec_copies: bool = True) -> bool:
+        """The answer is set: forward error correction where it has RED and ULPFEC (each FEC
+        packet sent twice with `fec_copies`)."""
         fec = fec_payload_types(answer_sdp) if self.path is not None else None
         if fec is not None and self.path is not None:
-            self.path.enable_fec(fec)
+            self.path.enable_fec(fec, fec_copies)
         return fec is not None
 
     def on_remb(self, bitrate: int) -> bool:

@@ -82,6 +82,7 @@ class StreamSession:
         send_path: str = "paced",
         congestion_record_dir: str | None = None,
         fec: bool = True,
+        fec_copies: bool = True,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -96,6 +97,7 @@ class StreamSession:
         self.codecs = tuple(codecs)  # what this session may be sent in, the worker's order
         self.paced = send_path == "paced"  # else aiortc's own sender (the baseline)
         self.fec = fec  # ULPFEC on the paced path where the browser offers it
+        self.fec_copies = fec_copies  # each FEC packet sent twice (fec_path)
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers
@@ -220,7 +222,7 @@ class StreamSession:
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())
-        fec = self.path_control.answered(pc.localDescription.sdp)
+        fec = self.path_control.answered(pc.localDescription.sdp, self.fec_copies)
         self.log.info("session.answered", extra={"peer": self.peers, "codec": codec, "fec": fec})
         return pc.localDescription.sdp
 

@@ -63,7 +63,8 @@ def fec_payload_types(sdp: str) -> FecPayloadTypes | None:
             return None
         rtx_red = next((c.payloadType for c in media.rtp.codecs
                         if c.name == "rtx" and c.parameters.get("apt") == red), None)  # fmt: skip
-        return FecPayloadTypes(media_pt, red, ulpfec, rtx_red)
+        in_order = media.rtp.codecs[0].name.lower() == "h264"  # its packet buffer holds frames
+        return FecPayloadTypes(media_pt, red, ulpfec, rtx_red, in_order)
     return None
 
 

@@ -33,8 +33,14 @@ def padding_packet(sender: Any, last_sequence: int, index: int) -> bytes | None:
         return None
     rtx_type = sender._RTCRtpSender__rtx_payload_type
     if rtx_type is not None:
-        number = sender._RTCRtpSender__rtx_sequence_number
-        sender._RTCRtpSender__rtx_sequence_number = (number + 1) & 0xFFFF
-        packet = wrap_rtx(packet, rtx_type, number, sender._rtx_ssrc)
+        packet = wrap_rtx(packet, rtx_type, next_rtx_number(sender), sender._rtx_ssrc)
     data: bytes = packet.serialize(sender._RTCRtpSender__rtp_header_extensions_map)
     return data
+
+
+def next_rtx_number(sender: Any) -> int:
+    """The sender's next RTX sequence number, taken (aiortc's retransmissions take theirs from
+    the same counter, so that no two RTX packets share one)."""
+    number: int = sender._RTCRtpSender__rtx_sequence_number
+    sender._RTCRtpSender__rtx_sequence_number = (number + 1) & 0xFFFF
+    return number

@@ -43,13 +43,13 @@ from render_server.transport.congestion import (
     SentPacket,
 )
 from render_server.transport.congestion.record import ControllerRecorder
-from render_server.transport.fec_path import FecPath, FecPayloadTypes, protection_for, split_nacks
+from render_server.transport.fec_path import FecPath, FecPayloadTypes, split_nacks
 from render_server.transport.header_extensions import (
     send_time_extension_ids,
     write_transport_sequence,
 )
 from render_server.transport.pacer import PacingQueue
-from render_server.transport.probe_padding import padding_packet
+from render_server.transport.probe_padding import next_rtx_number, padding_packet
 from render_server.transport.transport_feedback import split_transport_feedback
 
 log = logging.getLogger(__name__)
@@ -222,20 +222,20 @@ class SendPath:
         self.controller.set_bitrates(least, max_bitrate * ESTIMATE_HEADROOM)
         self._update_rates(force=True)
 
-    def enable_fec(self, types: FecPayloadTypes) -> None:
-        """Protect frames with ULPFEC in RED (the answer negotiated `types`) whenever the
-        path loses packets; before the first packet is sent."""
-        self._fec_types = types
-        # what ULPFEC at protection_for's rates repairs of random loss before the browser
-        # notices: single losses in frames of up to ten packets, about 3 % (test_fec_path)
+    def enable_fec(self, types: FecPayloadTypes, copies: bool = True) -> None:
+        """Protect frames with ULPFEC in RED (`types`, from the answer) while the path loses
+        packets, each frame's last FEC packet twice with `copies`; before the first packet."""
+        self._fec_types, self._fec_copies = types, copies
+        # random loss up to this ULPFEC repairs before the browser notices (fec_path)
         self.controller.set_loss_tolerance(FEC_LOSS_TOLERANCE)
 
     def _start_fec(self) -> FecPath:
-        """The FEC path, at the first media packet: the header-extension ids are known then
-        (aiortc configures them when the sender starts)."""
+        """The FEC path, at the first media packet (aiortc has set the header-extension ids)."""
         assert self._fec_types is not None
         zero = send_time_extension_ids(self.sender._RTCRtpSender__rtp_header_extensions_map)
-        self.fec = FecPath(self.sender._ssrc, self.sender._rtx_ssrc, self._fec_types, zero)
+        copies = self._fec_copies and self.sender._RTCRtpSender__rtx_payload_type is not None
+        rtx = (lambda: next_rtx_number(self.sender)) if copies else None
+        self.fec = FecPath(self.sender._ssrc, self.sender._rtx_ssrc, self._fec_types, zero, rtx)
         return self.fec
 
     def on_remb(self, bitrate: int) -> None:
@@ -430,8 +430,10 @@ class SendPath:
             # to it; random loss on an uncongested path is what it repairs
             state = self.controller.state()
             congested = state.usage == "overusing" or now - self._last_decrease < FEC_HOLD_S
-            fec.set_protection(0 if congested else protection_for(state.loss))
-            target = int(target * 255 / (255 + fec.factor))  # FEC's share of the estimate
+            fec.set_protection(0 if congested else fec.protection(now, state.loss))
+            # FEC's share comes out of the estimate: on a fat path the encoder keeps its rate
+            estimate = self.controller.target_bitrate * 255 / (255 + fec.share)
+            target = int(min(target, estimate))
         told = self._told
         if (
             force

@@ -167,6 +167,7 @@ class LocalWorker:
             send_path=self.stream.send_path,
             congestion_record_dir=self.stream.congestion_record_dir,
             fec=self.stream.fec,
+            fec_copies=self.stream.fec_copies,
             codecs=self.codecs,
         )
 
