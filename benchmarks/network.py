@@ -7,18 +7,20 @@ run, and each against a clean link (or the direct path).
    lab's server namespace, headless Chromium in its client namespace (Playwright launches it
    through `ip netns exec`), the designer page dragged for `--seconds`. Over the drag: frames
    displayed (requestVideoFrameCallback), their rate, freezes (a gap over three frame
-   intervals) and the longest gap, input-to-photon from the SDK's meter. First on a clean
-   link with the same round trip (the baseline), then on 40 ms RTT, 2 % random loss each way,
-   8 Mbit/s: the issue's first target is ≥ 29 fps and no freeze over 200 ms. Each link is
-   run against both send paths (two servers side by side), alternating.
-2. The step 20 → 2 → 20 Mbit/s with each send path in turn (the plot overlays them).
+   intervals, each put down to the worker, the path or the browser: see `gaps`) and the
+   longest gap, input-to-photon from the SDK's meter. First on a clean link with the same
+   round trip (the baseline), then on 40 ms RTT, 2 % random loss each way, 8 Mbit/s: the
+   issue's first target is ≥ 29 fps and no freeze over 200 ms. Each link is run against
+   every send path of `--paths` (servers side by side), alternating.
+2. The step 20 → 2 → 20 Mbit/s with ours and stock in turn (the plot overlays them).
 3. TURN: the Python latency client in the client namespace, direct, then relay-only through a
    coturn beside the server (UDP), alternating `--runs` times on a 20 ms link; glass-to-glass
    p50 of each (the issue's target: the relay within 5 ms of the direct path).
 
-    python benchmarks/network.py [--seconds 10] [--runs 3] [--paths paced,stock] [--json]
+    python benchmarks/network.py [--seconds 10] [--runs 3] [--repeat 1] [--only links|step|relay]
+        [--paths paced,paced-single,paced-nofec,stock] [--encoder x264|replay] [--json]
 
-Root only (namespaces); needs coturn's `turnserver` for part 2.
+Root only (namespaces); needs coturn's `turnserver` for part 3.
 """
 
 from __future__ import annotations
