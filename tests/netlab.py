@@ -135,6 +135,7 @@ class NetLab:
         self._profile_path = self._dir / "profile.json"
         self._emulator: subprocess.Popen[str] | None = None
         self._processes: list[subprocess.Popen[Any]] = []
+        self.turn: subprocess.Popen[Any] | None = None  # coturn, once start_turn ran
 
     # -- life -----------------------------------------------------------------------------
 
@@ -292,9 +293,10 @@ class NetLab:
 
     def start_turn(self, secret: str) -> str:
         """coturn (use-auth-secret with `secret`, UDP and TCP on 3478, no TLS) on the server
-        side's second address, stopped with the lab; that address."""
+        side's second address, stopped with the lab (or killed through `turn`, its process);
+        that address."""
         ip = self.server_side_ip
-        self.popen(
+        self.turn = self.popen(
             "server",
             ["turnserver", "-n", f"--listening-ip={ip}", f"--relay-ip={ip}",
              "--listening-port=3478", "--use-auth-secret", f"--static-auth-secret={secret}",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -74,3 +76,52 @@ def test_a_relay_only_client_gets_nowhere_with_a_wrong_secret(lab: NetLab) -> No
     print(f"wrong secret: {done.stderr.strip()[-300:]}")
     assert done.returncode != 0, "a relay-only client connected without a TURN allocation"
     assert "TimeoutError" in done.stderr  # no media path: the relay refused it
+
+
+def busy_slots(lab: NetLab, url: str) -> int:
+    workers = json.loads(lab.fetch(url + "/api/workers"))["workers"]
+    return sum(int(w["slots"]) - int(w["free"]) for w in workers)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> float:
+    """Seconds until `condition` held (polled twice a second); AssertionError after `seconds`."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > seconds:
+            raise AssertionError(f"not within {seconds} s")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def test_when_coturn_dies_mid_stream_the_worker_frees_the_slot_and_a_new_relay_works() -> None:
+    """coturn killed under a relay-only session: the worker hears no more RTCP from the peer
+    (ICE would take a minute and a half to say so: aioice's consent checks, then its wait on
+    the dead server's TURN answers), gives the peer its reconnect time and frees the slot;
+    coturn started again carries a new relay-only session. The lab and its coturn are this
+    test's own: the others keep theirs."""
+    with NetLab(LinkProfile(rtt_ms=RTT_MS)) as lab:
+        lab.start_turn(SECRET)
+        turn = f"turn:{lab.server_side_ip}:3478?transport=udp"
+        url = lab.serve(8094, "--resolution", "640x360", "--turn-url", turn,
+                        "--turn-secret", SECRET, "--connect-timeout", "5")  # fmt: skip
+        client = lab.popen(
+            "client",
+            [sys.executable, "-m", "render_server", "latency", "--url", url, "--seconds", "90",
+             "--relay", "--json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for(lambda: busy_slots(lab, url) == 1, 30)
+        time.sleep(2)  # streaming through the relay
+        assert lab.turn is not None
+        lab.turn.kill()
+        lab.turn.wait(timeout=10)
+        freed = wait_for(lambda: busy_slots(lab, url) == 0, 60)
+        print(f"\ncoturn killed: the worker freed the slot {freed:.1f} s later")
+        client.kill()
+        lab.start_turn(SECRET)
+        time.sleep(1)
+        done = latency(lab, url, "--relay")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["frames"] >= 30
+    # 10 s without RTCP, at most 5 s to close the peer connection, 5 s for the peer to return
+    assert freed <= 30

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import IO, Any, Final
 
 from render_server.config import Resolution
@@ -29,6 +30,9 @@ from render_server.transport.send_path import ESTIMATE_HEADROOM, SendPath
 # 6x) reach a 720p30 stream's bitrate in a round trip or two, without flooding a thin path
 START_BITRATE: Final = 1_000_000
 MIN_BITRATE: Final = 100_000
+# a browser sends RTCP (transport feedback, receiver reports) several times a second: this
+# long without any, its path is gone, whatever ICE says yet
+PEER_SILENT_S: Final = 10.0
 
 
 class PathControl:
@@ -55,6 +59,7 @@ class PathControl:
         self._record_dir = record_dir
         self._recording: IO[str] | None = None
         self._feedback_counted = 0  # the path's feedback messages already on /metrics
+        self.on_peer_silent: Callable[[], None] | None = None  # no RTCP for PEER_SILENT_S
 
     def start(self, sender: Any, peer: int) -> SendPath:
         """Pace `sender` (after the offer is applied and the timing records' hook is on)."""
@@ -123,6 +128,11 @@ class PathControl:
         if path is None:
             return
         self._count_packets(path)
+        heard = path.last_rtcp
+        if heard is not None and time.monotonic() - heard > PEER_SILENT_S:
+            path.last_rtcp = None  # told once
+            if self.on_peer_silent is not None:
+                self.on_peer_silent()
         most = self.max_bitrate()
         if most != path.max_bitrate:
             path.set_max_bitrate(most)

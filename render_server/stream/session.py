@@ -52,6 +52,7 @@ from render_server.transport.video_sender import (
 SessionEndCallback = Callable[[str], Awaitable[None]]
 # a second failure of the frame pipeline this soon after the first ends the session
 PIPELINE_FAILURE_WINDOW_S = 10.0
+PEER_CLOSE_S = 5.0  # the most a peer connection's close may hold a session's teardown
 
 
 class SessionNegotiationError(Exception):
@@ -124,6 +125,7 @@ class StreamSession:
         self.path_control = PathControl(
             session_id, self.log, metrics, pipeline, self.input, self.nacks, congestion_record_dir
         )
+        self.path_control.on_peer_silent = self._on_peer_silent
         loop = asyncio.get_running_loop()
         # a browser that never offers, or whose ICE never connects, must not hold the slot
         self._timeout_task: asyncio.Task[None] | None = loop.create_task(
@@ -365,8 +367,10 @@ class StreamSession:
             track.stop()
         if pc is not None:
             pc.remove_all_listeners()  # its closing is no news to this session
-            with contextlib.suppress(Exception):
-                await pc.close()
+            with contextlib.suppress(Exception):  # TimeoutError included
+                # aioice's close waits on a dead TURN server's answers for a minute and more
+                async with asyncio.timeout(PEER_CLOSE_S):
+                    await pc.close()
 
     async def _on_connection_state(self, pc: RTCPeerConnection) -> None:
         state = pc.connectionState
@@ -382,14 +386,22 @@ class StreamSession:
                 },
             )
         elif state in ("failed", "closed") and pc is self.pc:
-            # the browser may come back with a new offer (a reload): give it the same time as
-            # a first connection before the slot is given up
-            await self._drop_peer()
-            self.log.info("session.peer_lost", extra={"state": state})
-            if self._timeout_task is None:
-                self._timeout_task = asyncio.get_running_loop().create_task(
-                    self._peer_deadline(self.connect_timeout_s, "peer_" + state)
-                )
+            await self._lose_peer(state)
+
+    async def _lose_peer(self, state: str) -> None:
+        """The peer went (its connection `state`): the browser may come back with a new offer
+        (a reload), given the same time as a first connection before the slot is given up."""
+        await self._drop_peer()
+        self.log.info("session.peer_lost", extra={"state": state})
+        if self._timeout_task is None:
+            self._timeout_task = asyncio.get_running_loop().create_task(
+                self._peer_deadline(self.connect_timeout_s, "peer_" + state)
+            )
+
+    def _on_peer_silent(self) -> None:
+        # no RTCP for seconds: a peer whose path died (its TURN server, say) before ICE says so
+        if self.pc is not None and self._close_task is None:
+            asyncio.get_running_loop().create_task(self._lose_peer("silent"))
 
     async def _peer_deadline(self, seconds: float, reason: str) -> None:
         await asyncio.sleep(seconds)

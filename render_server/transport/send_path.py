@@ -76,8 +76,7 @@ class SendPath:
 
     `install` after the offer is applied (the sender's transport is then final, BUNDLE
     included) and after anything else that wraps the transport's `_send_rtp` (timing records
-    must see packets when they really leave); `stop` with the peer connection.
-    """
+    must see packets when they really leave); `stop` with the peer connection."""
 
     def __init__(
         self,
@@ -97,9 +96,9 @@ class SendPath:
         self.probes = 0
         self.send_errors = 0
         self.feedback_messages = 0
-        # packets sent by kind: media, rtx (a NACK answered on the RTX stream), retransmission
-        # (answered on the media stream, where RTX was not negotiated), padding (probes), fec
-        # (ULPFEC packets, and those resent for a NACK)
+        self.last_rtcp: float | None = None  # when the peer's RTCP last came: is it there?
+        # packets sent by kind: media, rtx (NACKs answered on RTX), retransmission (on the
+        # media stream, without RTX), padding (probes), fec (ULPFEC packets, sent or resent)
         self.packets: collections.Counter[str] = collections.Counter()
         self._max_bitrate = 0
         self._remb: int | None = None
@@ -167,6 +166,7 @@ class SendPath:
                 self._wake.set()
 
         async def handle_rtcp_data(data: bytes) -> None:
+            self.last_rtcp = self._clock()
             feedbacks, rest = split_transport_feedback(data)
             for feedback in feedbacks:
                 self._on_feedback(feedback.packets)
