@@ -120,7 +120,7 @@ class StreamConfig:
     # forward error correction (ULPFEC in RED) on the paced path, where the browser offers it
     # and the path loses packets (transport/fec_path.py)
     fec: bool = True
-    # each FEC packet sent once more as an RTX copy, where RTX for RED was negotiated
+    # each frame's last FEC packet sent once more as an RTX copy, where RTX for RED was negotiated
     fec_copies: bool = True
 
     def __post_init__(self) -> None:

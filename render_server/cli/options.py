@@ -150,8 +150,8 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--fec-copies", choices=("on", "off"),
         default=env("fec_copies", "on" if s.fec_copies else "off"),
-        help="send each FEC packet once more as an RTX copy where the browser negotiated RTX "
-        "for RED: a lost FEC packet no longer holds H.264's next frame (%(default)s)",
+        help="send each frame's last FEC packet once more as an RTX copy where the browser "
+        "negotiated RTX for RED: losing it no longer holds H.264's next frame (%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--record-congestion", metavar="DIR",

@@ -98,7 +98,7 @@ class StreamSession:
         self.codecs = tuple(codecs)  # what this session may be sent in, the worker's order
         self.paced = send_path == "paced"  # else aiortc's own sender (the baseline)
         self.fec = fec  # ULPFEC on the paced path where the browser offers it
-        self.fec_copies = fec_copies  # each FEC packet sent twice (fec_path)
+        self.fec_copies = fec_copies  # each frame's last FEC packet sent twice (fec_path)
         self._ice_servers = [
             RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
             for s in ice_servers

@@ -98,7 +98,7 @@ class FecPath:
         self.media_ssrc = media_ssrc
         self.rtx_ssrc = rtx_ssrc
         self.types = types
-        # the next RTX sequence number (the sender's counter), where FEC goes out twice
+        # the next RTX sequence number (the sender's counter), where a frame's last FEC is copied
         self._rtx_numbers = rtx_numbers if types.rtx_red is not None else None
         self._losses: deque[tuple[float, float]] = deque()  # (when, loss) reported
         self.factor = 0
