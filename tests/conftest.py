@@ -14,12 +14,26 @@ from aiohttp.test_utils import TestServer
 from render_server.config import Resolution, ServerConfig, StreamConfig
 from render_server.render import Scene, default_scene
 
+from .leftover_processes import mark_this_run, stop_leftovers
 from .redis_server import redis_server
 from .support import ServerFactory
+
+mark_this_run()  # before any test starts a process, so that every child inherits the mark
 
 OUTPUT_DIR = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).parent.parent / "test-output"))
 
 SMALL_STREAM = StreamConfig(resolution=Resolution(320, 240), fps=30.0)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """End what the run left running (it would hold CI's output pipe open) and say what it was."""
+    stopped = stop_leftovers()
+    if stopped:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"stopped {len(stopped)} process(es) the tests left running:", *stopped]
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line("\n".join(lines))
 
 
 @pytest.fixture(scope="session")
