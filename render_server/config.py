@@ -36,6 +36,7 @@ MIN_SIDE = 64
 MAX_FPS = 240
 # shared by `serve` (its embedded worker) and `worker`
 DEFAULT_SLOTS = 2
+MAX_PROCESSES = 64  # a worker's child processes (`--processes`)
 MAX_SCENE_TRIANGLES = 2_000_000
 MAX_SCENE_BYTES = 256 * 1024 * 1024
 HEARTBEAT_S = 1.0  # a frozen worker is found within the timeout: 3 beats
@@ -180,6 +181,7 @@ class ServerConfig:
     max_scene_triangles: int = MAX_SCENE_TRIANGLES
     max_scene_bytes: int = MAX_SCENE_BYTES
     slots: int = DEFAULT_SLOTS
+    processes: int = 1  # child processes serving the slots (`--processes`); 1: this one
     allowed_origins: tuple[str, ...] = ()  # besides the server's own origin
     ice_servers: tuple[str, ...] = ()  # stun: URLs handed to both peers
     client_dir: Path = PACKAGE_DIR / "client"  # the web client, served at /client/
@@ -218,6 +220,7 @@ class ServerConfig:
             raise ConfigError(f"port {self.port} is outside 0..65535")
         if not (1 <= self.slots <= 64):
             raise ConfigError(f"slots {self.slots} is outside 1..64")
+        check_processes(self.processes, self.slots)
         if self.registry_url is not None and not re.match(r"rediss?://", self.registry_url):
             raise ConfigError(f"registry {self.registry_url!r} is not a redis:// URL")
         if self.turn_urls and not self.turn_secret:
@@ -282,6 +285,7 @@ class WorkerConfig:
     key_file: Path | None = None
     worker_id: str = ""  # "": hostname and process id
     slots: int = DEFAULT_SLOTS
+    processes: int = 1  # child processes serving the slots (`--processes`); 1: this one
     stream: StreamConfig = field(default_factory=StreamConfig)
     scene: Path | None = None
     max_scene_triangles: int = MAX_SCENE_TRIANGLES
@@ -309,6 +313,7 @@ class WorkerConfig:
                 raise ConfigError(f"signaling URL {url!r} is not ws:// or wss://")
         if not (1 <= self.slots <= 256):
             raise ConfigError(f"slots {self.slots} is outside 1..256")
+        check_processes(self.processes, self.slots)
         if not (0 <= self.drain_timeout_s <= 3600):
             raise ConfigError(f"drain timeout {self.drain_timeout_s}s is outside 0..3600")
         if self.preemption_url is not None and not re.match(r"https?://", self.preemption_url):
@@ -317,6 +322,14 @@ class WorkerConfig:
             raise ConfigError(f"preemption poll {self.preemption_poll_s}s is outside 0.1..3600")
         if not (0 <= self.metrics_port <= 65535):
             raise ConfigError(f"metrics port {self.metrics_port} is outside 0..65535")
+
+
+def check_processes(processes: int, slots: int) -> None:
+    """A worker's child processes: each serves at least one slot."""
+    if not (1 <= processes <= MAX_PROCESSES):
+        raise ConfigError(f"processes {processes} is outside 1..{MAX_PROCESSES}")
+    if processes > slots:
+        raise ConfigError(f"{processes} processes for {slots} slots: each serves one at least")
 
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:

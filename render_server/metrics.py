@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from render_server.metrics_merge import Labels, merge_expositions
+
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkerStatusGauges"]
 
 
@@ -129,6 +131,8 @@ class Metrics:
             registry=r,
         )
         self._worker_status: WorkerStatusGauges | None = None
+        # a worker pool's children (`--processes`): index → (pid, its latest /metrics text)
+        self.children: dict[int, tuple[int, bytes]] = {}
 
     def worker_status(self) -> WorkerStatusGauges:
         """A worker process's own gauges (its status port), on this registry; made once."""
@@ -137,7 +141,14 @@ class Metrics:
         return self._worker_status
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        own = generate_latest(self.registry)
+        if not self.children:
+            return own
+        labelled: dict[Labels, bytes] = {
+            (("child", str(index)), ("child_pid", str(pid))): text
+            for index, (pid, text) in sorted(self.children.items())
+        }
+        return merge_expositions(own, labelled)
 
 
 class WorkerStatusGauges:

@@ -9,10 +9,19 @@ converts it, so that a malformed variable is a usage error that names the option
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
+from render_server.cli.option_values import (
+    codecs_value,
+    env,
+    env_list,
+    env_unless_zero,
+    flag,
+    processes_value,
+    read_secret,
+    signaling_urls,
+)
 from render_server.config import (
     ENCODERS,
     LOG_FORMATS,
@@ -22,43 +31,18 @@ from render_server.config import (
     PLAYOUT_DELAYS,
     RENDERERS,
     SEND_PATHS,
-    ConfigError,
     Resolution,
     ServerConfig,
     StreamConfig,
     WorkerConfig,
     env_value,
 )
-from render_server.encode.codecs import parse_codecs
 
 SubParsers = Any  # argparse._SubParsersAction, which typeshed keeps private
 
 STREAM = StreamConfig()
 SERVER = ServerConfig()
 WORKER = WorkerConfig()
-
-
-def env(name: str, fallback: object) -> str:
-    """RENDER_SERVER_<NAME>, or `fallback` (a config default) as text."""
-    return env_value(name) or str(fallback)
-
-
-def _flag(name: str) -> bool:
-    return env(name, "") in ("1", "true", "yes")
-
-
-def _env_unless_zero(name: str, number: Callable[[str], float]) -> str | None:
-    """RENDER_SERVER_<NAME> as text, or None (the config's default) where it reads as zero;
-    text that is no number is left to the option's `type=` to refuse."""
-    text = env_value(name)
-    try:
-        return None if text is not None and number(text) == 0 else text
-    except ValueError:
-        return text
-
-
-def env_list(name: str) -> list[str]:
-    return [item for item in env(name, "").split(",") if item]
 
 
 def stream_options(p: argparse.ArgumentParser) -> None:
@@ -73,7 +57,7 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--fps", type=float, default=env("fps", s.fps), help="%(default)s")
     g.add_argument(
-        "--bitrate", type=int, default=_env_unless_zero("bitrate", int),
+        "--bitrate", type=int, default=env_unless_zero("bitrate", int),
         help="bits per second (default: from resolution and fps)",
     )  # fmt: skip
     g.add_argument(
@@ -102,7 +86,7 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "(%(default)s; device falls back to host where it does not open)",
     )  # fmt: skip
     g.add_argument(
-        "--intra-refresh", action="store_true", default=_flag("intra_refresh") or s.intra_refresh,
+        "--intra-refresh", action="store_true", default=flag("intra_refresh") or s.intra_refresh,
         help="NVENC: refresh the picture in stripes instead of sending whole keyframes",
     )  # fmt: skip
     g.add_argument(
@@ -123,11 +107,17 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         help="concurrent sessions of the worker (%(default)s)",
     )  # fmt: skip
     g.add_argument(
-        "--animate", action="store_true", default=_flag("animate") or s.animate,
+        "--processes", default=env("processes", SERVER.processes), metavar="N|auto",
+        help="serve the slots from N child processes, each with its own sessions, so that "
+        "they use every core (auto: one per core, at most one per slot; %(default)s: this "
+        "process alone)",
+    )  # fmt: skip
+    g.add_argument(
+        "--animate", action="store_true", default=flag("animate") or s.animate,
         help="orbit the camera slowly on its own",
     )  # fmt: skip
     g.add_argument(
-        "--idle-fps", type=float, default=_env_unless_zero("idle_fps", float),
+        "--idle-fps", type=float, default=env_unless_zero("idle_fps", float),
         help="repeat a still picture this often; input still starts a frame at once "
         "(default: half of --fps)",
     )  # fmt: skip
@@ -203,14 +193,6 @@ def lifecycle_options(p: argparse.ArgumentParser) -> None:
         "--metrics-host", default=env("metrics_host", w.metrics_host),
         help="the status port's address (%(default)s)",
     )  # fmt: skip
-
-
-def signaling_urls(flags: list[str] | None) -> tuple[str, ...]:
-    """`--signaling` (repeatable, comma-separated), else RENDER_SERVER_SIGNALING (a comma
-    list), else the default."""
-    given = flags if flags is not None else [env("signaling", WORKER.signaling_url)]
-    urls = tuple(url.strip() for item in given for url in item.split(",") if url.strip())
-    return urls or (WORKER.signaling_url,)
 
 
 def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
@@ -317,22 +299,6 @@ def auth_options(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help='a key set {"keys": {kid: secret}} for rotation')  # fmt: skip
 
 
-def read_secret(value: str | None, path: Path | None, flag: str) -> str | None:
-    """A secret given inline or in a file, never both: a file keeps it out of `ps`, where any
-    user of the machine can read a process's arguments."""
-    if path is None:
-        return value
-    if value:
-        raise ConfigError(f"give {flag} or {flag}-file, not both")
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {flag}-file {path}: {exc}") from None
-    if not text:
-        raise ConfigError(f"{flag}-file {path} is empty")
-    return text
-
-
 def log_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-format", choices=LOG_FORMATS, default=env("log_format", SERVER.log_format)
@@ -360,17 +326,8 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         congestion_record_dir=args.record_congestion,
         fec=args.fec == "on",
         fec_copies=args.fec_copies == "on",
-        codecs=_codecs(args.codecs),
+        codecs=codecs_value(args.codecs),
     )
-
-
-def _codecs(text: str | None) -> tuple[str, ...] | None:
-    if not text:
-        return None
-    try:
-        return parse_codecs(text)
-    except ValueError as exc:
-        raise ConfigError(f"--codecs: {exc}") from None
 
 
 class WorkerFields(TypedDict, total=False):
@@ -383,6 +340,7 @@ class WorkerFields(TypedDict, total=False):
     slots: int
     labels: tuple[str, ...]
     region: str | None
+    processes: int
 
 
 def worker_fields(args: argparse.Namespace) -> WorkerFields:
@@ -392,7 +350,7 @@ def worker_fields(args: argparse.Namespace) -> WorkerFields:
     return WorkerFields(
         stream=stream_config(args), scene=args.scene, max_scene_triangles=args.max_triangles,
         max_scene_bytes=args.max_scene_bytes, slots=args.slots, labels=tuple(args.label),
-        region=args.region,
+        region=args.region, processes=processes_value(args.processes, args.slots),
     )  # fmt: skip
 
 

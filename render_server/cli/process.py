@@ -35,6 +35,7 @@ from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
 from render_server.worker.lifecycle import serve_worker
 from render_server.worker.local import LocalWorker
+from render_server.worker.pool_children import ChildStartError, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,40 @@ async def start_local_worker(
     return worker
 
 
+async def start_worker(
+    worker_id: str,
+    config: ServerConfig | WorkerConfig,
+    metrics: Metrics,
+    scene: Scene | None = None,
+    backends: Backends | None = None,
+) -> tuple[LocalWorker, WorkerPool | None]:
+    """The worker of this process: warmed up here (`--processes 1`), or serving from child
+    processes that are started and warmed up now; then this process's LocalWorker only says
+    what the worker is (capabilities, slots) and holds the merged metrics."""
+    if config.processes <= 1:
+        return await start_local_worker(worker_id, config, metrics, scene, backends), None
+    if scene is None:
+        scene = load_configured_scene(config)  # a scene that cannot load stops the start here
+    stream = config.stream
+    if backends is None:
+        backends = choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
+    worker = LocalWorker(
+        worker_id, scene, stream, config.slots, metrics, config.ice_servers, backends
+    )
+    setup = {
+        "config": config,
+        "worker_id": worker_id,
+        "log_level": logging.getLevelName(logging.getLogger().level),
+        # a scene given in code (tests) travels; a configured one is loaded by each child
+        "scene": scene if config.scene is None else None,
+    }
+    command = (sys.executable, "-m", "render_server.cli.pool_child")
+    pool = WorkerPool(command, setup, config.slots, config.processes)
+    await pool.start()
+    log.info("worker.pool_ready", extra={"worker": worker_id, "pids": pool.pids()})
+    return worker, pool
+
+
 async def until_stopped() -> None:
     """Until SIGTERM (an orchestrator's stop) or Ctrl+C."""
     stop = asyncio.Event()
@@ -109,7 +144,7 @@ def run_process(main: Coroutine[Any, Any, None]) -> int:
     except SceneError as exc:
         print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
         return 2
-    except (BackendUnavailable, ListenError, ConnectionError, ValueError) as exc:
+    except (BackendUnavailable, ListenError, ConnectionError, ValueError, ChildStartError) as exc:
         # a backend that cannot run, a taken port, an unreachable Redis, a bad key
         print(f"render-server: {exc}", file=sys.stderr)
         return 2
@@ -126,15 +161,17 @@ async def build_app(
     BackendUnavailable (a ConfigError) when `cuda` or `nvenc` was asked for and cannot run.
     """
     metrics = Metrics()
-    worker = None
+    worker, pool = None, None
     if config.embedded_worker:  # first: a scene or backend that cannot work stops the start
         worker_id = f"local-{socket.gethostname()}"
-        worker = await start_local_worker(worker_id, config, metrics, scene, backends)
+        worker, pool = await start_worker(worker_id, config, metrics, scene, backends)
     ctx = await connect_context(config, metrics)
     app = create_app(ctx)
     if worker is not None:
         link = LocalWorkerLink(ctx)  # the worker reaches this replica in process, not by socket
-        embedded = EmbeddedWorker(link, worker, config.heartbeat_s, config.labels, config.region)
+        embedded = EmbeddedWorker(
+            link, worker, config.heartbeat_s, config.labels, config.region, pool=pool
+        )
         app[WORKER_KEY] = worker
         app[EMBEDDED_KEY] = embedded
 
@@ -181,11 +218,11 @@ async def run_worker(config: WorkerConfig) -> None:
     if token is None and (config.secret or config.key_file):
         keys = load_keys(config.secret, config.key_file)
         token = Authenticator(keys).mint("worker", worker_id, SELF_MINTED_TOKEN_TTL_S)
-    worker = await start_local_worker(worker_id, config, Metrics())
+    worker, pool = await start_worker(worker_id, config, Metrics())
     settle_heap()
     agent = WorkerAgent(
         worker, config.signaling_urls, token, config.heartbeat_s, config.labels, config.region,
-        drain_timeout_s=config.drain_timeout_s,
+        drain_timeout_s=config.drain_timeout_s, pool=pool,
     )  # fmt: skip
     print(f"render-server: worker {worker_id} serving {config.slots} slots for "
           f"{', '.join(config.signaling_urls)}", flush=True)  # fmt: skip

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from render_server.cli.options import SubParsers, auth_options, read_secret
+from render_server.cli.option_values import read_secret
+from render_server.cli.options import SubParsers, auth_options
 from render_server.signaling.auth import ROLES, Authenticator, load_keys
 
 DEFAULT_TTL_S = 3600.0

@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 
 from render_server import logs
+from render_server.cli.option_values import env, env_list
 from render_server.cli.options import (
     WORKER,
     SubParsers,
     auth_options,
-    env,
-    env_list,
     lifecycle_options,
     log_options,
     stream_options,

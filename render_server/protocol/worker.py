@@ -39,6 +39,9 @@ MAX_STATE_BYTES: Final = 16 * 1024  # a session's camera, quality and scene edit
 MAX_DRAIN_S: Final = 3600.0
 ROLES: Final = ("controller", "viewer")
 INSTANCE: Final = re.compile(r"[0-9A-Za-z_-]{8,64}")
+# `session.ended`'s reason when a worker's child process died with the session (`--processes`):
+# signaling treats it as a lost worker, and places the session again
+PROCESS_LOST: Final = "worker_process_lost"
 
 
 # -- worker → signaling -------------------------------------------------------------------------

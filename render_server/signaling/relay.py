@@ -15,7 +15,12 @@ from typing import Any
 from render_server.logs import session_logger
 from render_server.protocol.bus import Assigned, WorkerLost
 from render_server.protocol.errors import ErrorCode, ProtocolError
-from render_server.protocol.worker import CloseSession, SessionReply, WorkerSessionEnded
+from render_server.protocol.worker import (
+    PROCESS_LOST,
+    CloseSession,
+    SessionReply,
+    WorkerSessionEnded,
+)
 from render_server.signaling.audit import audit
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.state.registry import Claim, WorkerInfo
@@ -86,7 +91,10 @@ class WorkerRelay:
             "session.released", extra={"reason": reason, "moved": holder != self.worker_id}
         )
         if holder == self.worker_id or holder is None:
-            await self.ctx.channels.to_session(sid, WorkerSessionEnded(sid, reason))
+            # a worker's child process died with the session: placed again, as when a whole
+            # worker is lost
+            news = WorkerLost(sid, reason) if reason == PROCESS_LOST else None
+            await self.ctx.channels.to_session(sid, news or WorkerSessionEnded(sid, reason))
         await publish_assignments(self.ctx, served)
 
     async def _close_strays(self, sessions: list[str]) -> None:

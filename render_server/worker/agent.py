@@ -40,7 +40,8 @@ from render_server.protocol.worker import (
 )
 from render_server.worker.drain import Drain
 from render_server.worker.local import LocalWorker
-from render_server.worker.service import WorkerService
+from render_server.worker.pool import worker_service
+from render_server.worker.pool_children import WorkerPool
 from render_server.worker.signaling_links import (
     BACKOFF_MAX_S,
     BACKOFF_START_S,
@@ -69,7 +70,9 @@ class WorkerAgent:
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
         jitter: Jitter = full_jitter,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        pool: WorkerPool | None = None,
     ) -> None:
+        """`pool`: child processes that serve the sessions (`--processes`); None: this one."""
         urls = (signaling_urls,) if isinstance(signaling_urls, str) else tuple(signaling_urls)
         self.worker = worker
         self.links = SignalingLinks(urls, jitter)
@@ -77,7 +80,7 @@ class WorkerAgent:
         self.token = token
         self.heartbeat_s = heartbeat_s
         self.connect_timeout_s = connect_timeout_s
-        self.service = WorkerService(worker, self._send, labels, region)
+        self.service = worker_service(worker, self._send, labels, region, pool)
         self.service.on_drain = self.start_drain
         self.drain = Drain(self.service, drain_timeout_s)
         self.registered = asyncio.Event()  # registered through the socket open now

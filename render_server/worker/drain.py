@@ -19,7 +19,7 @@ import logging
 from typing import Final
 
 from render_server.protocol.worker import WorkerDraining
-from render_server.worker.service import WorkerService
+from render_server.worker.service import SessionService
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ RESEND_S: Final = 5.0
 
 class Drain:
     def __init__(
-        self, service: WorkerService, timeout_s: float, resend_s: float = RESEND_S
+        self, service: SessionService, timeout_s: float, resend_s: float = RESEND_S
     ) -> None:
         self.service = service
         self.timeout_s = timeout_s

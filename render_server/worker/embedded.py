@@ -1,4 +1,4 @@
-"""`serve`'s worker, in the signaling replica's process: a WorkerService on a `WorkerLink`
+"""`serve`'s worker, in the signaling replica's process: its sessions' service on a `WorkerLink`
 (protocol/worker.py) instead of a socket. `cli/process.py` gives it the signaling side's link.
 
 A failing heartbeat (the registry out of reach for a moment) is logged and the next one tried:
@@ -16,7 +16,8 @@ from render_server.config import DRAIN_TIMEOUT_S
 from render_server.protocol.worker import WorkerLeaving, WorkerLink
 from render_server.worker.drain import Drain
 from render_server.worker.local import LocalWorker
-from render_server.worker.service import WorkerService
+from render_server.worker.pool import worker_service
+from render_server.worker.pool_children import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +31,12 @@ class EmbeddedWorker:
         labels: tuple[str, ...] = (),
         region: str | None = None,
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.link = link
         self.worker = worker
         self.heartbeat_s = heartbeat_s
-        self.service = WorkerService(worker, link.send, labels, region)
+        self.service = worker_service(worker, link.send, labels, region, pool)
         self.service.on_drain = self.start_drain
         self.drain = Drain(self.service, drain_timeout_s)
         self.left = False

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from render_server.logs import session_logger
 from render_server.protocol.errors import ErrorCode
@@ -41,6 +41,30 @@ log = logging.getLogger(__name__)
 Send = Callable[[SessionReply | WorkerNotice], Awaitable[None]]
 # a drain asked for by signaling (`worker.drain`): its reason and deadline (None: the worker's)
 DrainHandler = Callable[[str, float | None], object]
+
+
+class SessionService(Protocol):
+    """What the agent, the embedded worker and the drain need of a worker's sessions: served in
+    this process (WorkerService) or in child processes (worker/pool.py's PoolService)."""
+
+    worker: LocalWorker
+    send: Send
+    draining: bool
+    on_drain: DrainHandler | None
+    changed: asyncio.Event
+
+    @property
+    def sessions(self) -> Mapping[str, object]: ...
+    @property
+    def idle(self) -> bool: ...
+    def submit(self, message: ToWorker) -> None: ...
+    async def drain(self) -> None: ...
+    async def cancel(self) -> None: ...
+    def registration(self) -> Register: ...
+    def heartbeat(self) -> Heartbeat: ...
+    async def handoff(self, sid: str) -> None: ...
+    async def handoffs(self) -> None: ...
+    async def close_all(self, reason: str) -> None: ...
 
 
 def new_instance() -> str:
