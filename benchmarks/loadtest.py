@@ -17,8 +17,9 @@
     requested; it has no signaling. Both sides are counted the same
     way, by the same code in this script: the same kind of observing aiortc receivers (no
     decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
-    frames they got, and the sender process's CPU time (`cpu_time.process_cpu_seconds`) is
-    read at the start and the end of the same `--send-hold`-second window, which opens once
+    frames they got, and the sender's CPU time (`cpu_time.tree_cpu_seconds_or_raise`: the
+    process and its children, if any) is read at the start and the end of the same
+    `--send-hold`-second window, which opens once
     every stream is up plus a warm-up. Printed per side: packets, frames and fps, seconds, CPU
     seconds, packets per CPU-second; then the ratio ours / plain. Our process also does
     everything else a session costs (signaling, the `input` data channel the receivers open,
@@ -52,7 +53,7 @@ from typing import Any
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
-from render_server.cpu_time import process_cpu_seconds_or_raise  # noqa: E402
+from render_server.cpu_time import tree_cpu_seconds_or_raise  # noqa: E402
 from render_server.tools.local_server import local_server  # noqa: E402
 
 ENV = {
@@ -74,9 +75,9 @@ def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any],
     """One harness run; (report, the server's CPU seconds over it, the command)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
-    before = process_cpu_seconds_or_raise(pid)
+    before = tree_cpu_seconds_or_raise(pid)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT, env=ENV)
-    server_cpu = process_cpu_seconds_or_raise(pid) - before
+    server_cpu = tree_cpu_seconds_or_raise(pid) - before
     if done.returncode not in (0, 1):
         raise RuntimeError(f"loadtest exited {done.returncode}: {done.stderr[-2000:]}")
     shown = " ".join(shlex.quote(c) for c in command[1:]).replace(url, "$URL")
@@ -159,7 +160,7 @@ async def _count_window(
     def sample() -> tuple[int, int, float, float]:
         packets = sum(a.stats.packets for a in assemblers)
         frames = sum(a.stats.frames for a in assemblers)
-        return packets, frames, time.monotonic(), process_cpu_seconds_or_raise(pid)
+        return packets, frames, time.monotonic(), tree_cpu_seconds_or_raise(pid)
 
     p0, f0, t0, c0 = sample()
     await asyncio.sleep(hold)

@@ -37,3 +37,36 @@ def process_cpu_seconds_or_raise(pid: int) -> float:
 def thread_cpu_seconds(native_id: int) -> float | None:
     """User + system CPU of this process's thread `native_id` (threading.get_native_id())."""
     return _stat_cpu_seconds(f"/proc/self/task/{native_id}/stat")
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes under `pid` (children, their children...), from /proc."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        for task in _tasks(parent):
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as children:
+                    kids = [int(k) for k in children.read().split()]
+            except OSError:
+                continue
+            found += kids
+            queue += kids
+    return found
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def tree_cpu_seconds_or_raise(pid: int) -> float:
+    """CPU of `pid` and of every live process under it (a worker pool's children). A child
+    that exited within a measured window takes its CPU with it: the window should have none."""
+    total = process_cpu_seconds_or_raise(pid)
+    for child in descendants(pid):
+        total += process_cpu_seconds(child) or 0.0
+    return total
