@@ -1,0 +1,147 @@
+"""Capacity of one machine (issue 18): what a worker holds with every core, and what it costs.
+
+    python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
+        [--skip 4k30,scaling,x264] [--harness-processes 2]
+
+Server and harness run on this machine, over loopback; every figure is a `render-server
+loadtest ... --json` run against a `render-server serve` started here, printed with both
+commands.
+
+4k30     `--encoder replay`, 20 × 3840×2160 at 30 fps, 15 Mbit/s each, held `--hold` s, once
+         per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
+scaling  the same server asked for more than it can send (20 × 4K60 at 25 Mbit/s, 15 s): the
+         packets per second the receivers got, per server `--processes` value, and the ratio of
+         each to the first. Both runs share this machine's cores with the harness.
+x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
+         `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
+
+Then the cost: for each configuration, the streams it held and, at `--hour-price` (the
+machine's price per hour, on-demand or spot), the cost per stream-hour (price / streams).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadtest import describe, held, loadtest, serve  # noqa: E402  (benchmarks/loadtest.py)
+
+Row = tuple[str, str, str]  # what, result, how to reproduce
+
+
+def _packets_per_s(report: dict[str, Any]) -> float:
+    """RTP packets the receivers got per second, each stream over the time it streamed."""
+    return sum(s["packets"] / s["streamed_s"] for s in report["streams"] if s.get("streamed_s"))
+
+
+def _streams_held(report: dict[str, Any], min_fps: float) -> int:
+    return sum(
+        1
+        for s in report["streams"]
+        if s["state"] == "closed" and not s["freezes_hold"] and (s["fps_hold"] or 0) >= min_fps
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hold", type=float, default=60.0, help="seconds held in 4k30")
+    parser.add_argument("--server-processes", default="1,2", help="serve --processes values")
+    parser.add_argument("--harness-processes", default="2", help="loadtest --processes")
+    parser.add_argument("--hour-price", type=float, default=None, help="the machine, per hour")
+    parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    pools = [p.strip() for p in args.server_processes.split(",") if p.strip()]
+    work = Path(tempfile.mkdtemp(prefix="capacity-"))
+    rows: list[Row] = []
+    held_at: list[tuple[str, int]] = []  # configuration, streams held (for the cost table)
+    t0 = time.monotonic()
+
+    def note(what: str, result: str, how: str) -> None:
+        rows.append((what, result, how))
+        print(f"[{time.monotonic() - t0:5.0f} s] {what}: {result}", flush=True)
+
+    def run(serve_args: tuple[str, ...], name: str, *test_args: str) -> tuple[Any, float, str]:
+        with serve(*serve_args, log=work / f"{name}.log") as (url, pid, command):
+            serve_cmd = "python " + " ".join(shlex.quote(c) for c in command[1:])
+            report, cpu, cmd = loadtest(url, pid, work / name, *test_args)
+            return report, cpu, f"{serve_cmd}\n    {cmd}"
+
+    if "4k30" not in skip:
+        for p in pools:
+            serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "30",
+                          "--bitrate", "15000000", "--slots", "20", "--processes", p)  # fmt: skip
+            report, cpu, how = run(
+                serve_args, f"4k30-p{p}", "--streams", "20", "--resolution", "3840x2160",
+                "--fps", "30", "--duration", str(args.hold), "--ramp", "10",
+                "--processes", args.harness_processes, "--min-fps", "29",
+            )  # fmt: skip
+            ok = held(report, 29)
+            note(f"20 × 4K30 15 Mbit/s, replay, server --processes {p}",
+                 f"{'PASS' if ok else 'FAIL'}: {describe(report, cpu)}", how)  # fmt: skip
+            held_at.append((f"4K30 15 Mbit/s replay, --processes {p}", _streams_held(report, 29)))
+
+    if "scaling" not in skip:
+        rates: list[tuple[str, float]] = []
+        for p in pools:
+            serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
+                          "--bitrate", "25000000", "--slots", "20", "--processes", p)  # fmt: skip
+            report, cpu, how = run(
+                serve_args, f"scaling-p{p}", "--streams", "20", "--resolution", "3840x2160",
+                "--fps", "60", "--duration", "15", "--ramp", "5",
+                "--processes", args.harness_processes,
+            )  # fmt: skip
+            rate = _packets_per_s(report)
+            rates.append((p, rate))
+            note(f"scaling: 20 × 4K60 25 Mbit/s asked, server --processes {p}",
+                 f"{rate:,.0f} packets/s received; {describe(report, cpu)}", how)  # fmt: skip
+        base = rates[0][1] if rates else 0.0
+        if base:
+            ratios = ", ".join(f"--processes {p}: {r / base:.2f}×" for p, r in rates)
+            note("scaling: packets/s against the first", ratios, "as above")
+
+    if "x264" not in skip:
+        serve_args = ("--encoder", "x264", "--renderer", "cpu", "--resolution", "1280x720",
+                      "--fps", "30", "--animate", "--slots", "8",
+                      "--processes", "auto")  # fmt: skip
+        best, last, how = 0, "", ""
+        for n in range(1, 9):
+            report, cpu, how = run(
+                serve_args, f"x264-{n}", "--streams", str(n), "--resolution", "1280x720",
+                "--fps", "30", "--duration", "10", "--ramp", "1", "--processes", "1",
+                "--min-fps", "29",
+            )  # fmt: skip
+            ok = held(report, 29)
+            print(f"    {n} × x264 720p30: {'held' if ok else 'not held'}: {describe(report, cpu)}")
+            if not ok:
+                break
+            best, last = n, describe(report, cpu)
+        note("most 720p30 streams held, CPU renderer + libx264, --processes auto",
+             f"{best} ({last})", how)  # fmt: skip
+        held_at.append(("720p30 CPU renderer + libx264, --processes auto", best))
+
+    print(f"\ncapacity benchmark, {os.cpu_count()} cores, loopback, "
+          f"{time.monotonic() - t0:.0f} s; reports under {work}")  # fmt: skip
+    for what, result, how in rows:
+        print(f"\n{what}\n  {result}\n  reproduce:\n    {how}")
+    if held_at:
+        print("\nstreams per machine" + (f" and cost at {args.hour_price:.2f}/h"
+                                         if args.hour_price is not None else ""))  # fmt: skip
+        for what, streams in held_at:
+            cost = ""
+            if args.hour_price is not None:
+                per = args.hour_price / streams if streams else float("inf")
+                cost = f", {per:.3f} per stream-hour"
+            print(f"  {what}: {streams} streams{cost}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
