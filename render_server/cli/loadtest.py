@@ -28,11 +28,13 @@ examples:
       --role viewer --secret $SECRET)" --streams 20 --resolution 3840x2160 --fps 60 \\
       --duration 60 --ramp 10 --processes 8 --min-fps 58 --max-p95-ms 50 --report out/
 
-With a real encoder, start the worker with --animate: the harness sends no input, and a
-still picture is repeated at half the frame rate. Receiving is CPU work too: run the harness
-on other cores or another machine, with enough --processes (report.json gives each one's CPU
-time). report.json says which worker mode ran (replay, x264, nvenc) and sets the worker's
-/metrics counters beside the harness's totals."""
+Each stream drags the camera on its data channel as a designer would (a pattern seeded by
+--seed and the stream's number), so the worker renders every frame; --no-drag only watches (a
+still picture then repeats at the worker's --idle-fps, half the rate by default, and fails the
+default floor). A stream that never gets a frame (queued the whole run) fails. Receiving
+is CPU work too: run the harness on other cores or another machine, with enough --processes
+(report.json gives each one's CPU time). report.json says which worker mode ran (replay,
+x264, nvenc) and sets the worker's /metrics counters beside the harness's totals."""
 
 
 def _seconds(text: str) -> float:
@@ -82,7 +84,16 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument("--setup-timeout", type=_seconds, default=30.0,
                    help="seconds from request to first frame before a stream counts as failed "
                    "(%(default)s)")  # fmt: skip
-    p.add_argument("--min-fps", type=float, help="FAIL when a stream's fps over the hold is lower")
+    p.add_argument(
+        "--min-fps",
+        type=float,
+        help="FAIL when a stream's fps over the hold is lower (default: 95 %% of --fps)",
+    )
+    p.add_argument(
+        "--no-drag", action="store_true", help="send no input: watch a still camera, as a viewer"
+    )
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
                    help="FAIL when a stream's p95 frame latency is higher")  # fmt: skip
     p.add_argument("--report", required=True, metavar="DIR", help="where report.json/.html go")
@@ -102,7 +113,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
             fps=args.fps, duration_s=args.duration, ramp_s=args.ramp, processes=args.processes,
             token=args.token, max_kbps=args.max_kbps, decode_every=args.decode_every,
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
-            codec=args.codec,
+            codec=args.codec, drag=not args.no_drag, seed=args.seed,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from render_server.encode.codecs import CODECS
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
+DEFAULT_MIN_FPS_SHARE = 0.95  # without --min-fps, a stream under 95 % of the asked rate fails
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class LoadTestConfig:
     min_fps: float | None = None
     max_p95_ms: float | None = None
     codec: str = "H264"  # the one codec each stream's offer holds
+    # each stream drags the camera as a designer would (seeded per stream), so that the worker
+    # renders every frame: a still camera only repeats at the worker's --idle-fps
+    drag: bool = True
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -62,6 +67,11 @@ class LoadTestConfig:
             raise ConfigError("--min-fps must be ≥ 0")
         if self.max_p95_ms is not None and self.max_p95_ms <= 0:
             raise ConfigError("--max-p95-ms must be positive")
+
+    @property
+    def fps_floor(self) -> float:
+        """The fps each stream must hold: --min-fps, else 95 % of the asked rate."""
+        return self.min_fps if self.min_fps is not None else DEFAULT_MIN_FPS_SHARE * self.fps
 
     @property
     def hold_start_s(self) -> float:

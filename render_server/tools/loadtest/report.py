@@ -1,9 +1,12 @@
 """The load test's report: per stream and aggregate figures, the verdict, the one-screen summary.
 
-Every figure a stream is judged on is its own: a failed, frozen or slow stream is named as such,
-never averaged into the others. The hold phase is from the end of the ramp (or the stream's
-first frame, where that came later) to the end of the run; a stream that failed in it keeps
-its silence in the window, so its fps falls.
+Every figure a stream is judged on is its own: a failed, frozen, slow or never-started stream is
+named as such, never averaged into the others. A stream's rates (fps, Mbps) are over the time it
+streamed, its first frame to its last. The hold phase, which the verdict judges, is from the
+moment every stream was up (the last first frame, and not before the ramp's end) to the end of
+the run; a stream that failed in it keeps its silence in the window, so its fps falls. A freeze
+counts in the hold when it overlaps it: ended after the hold began, began before the run's end.
+Without --min-fps a stream fails below 95 % of the rate asked for.
 """
 
 from __future__ import annotations
@@ -34,14 +37,35 @@ class Verdict:
         return "FAIL: " + "; ".join(self.reasons)
 
 
+def never_started(result: StreamResult, run: RunResult) -> bool:
+    """No frame before the run's end (queued the whole run, or refused)."""
+    return result.first_frame_s is None or result.first_frame_s >= run.config.end_s
+
+
+def all_up_s(run: RunResult) -> float:
+    """When the hold begins: every stream that started has had its first frame (and the ramp
+    is over)."""
+    firsts = [r.first_frame_s for r in run.streams if not never_started(r, run)]
+    return max([run.config.hold_start_s, *(f for f in firsts if f is not None)])
+
+
 def hold_window(result: StreamResult, run: RunResult) -> tuple[float, float] | None:
     """The stream's part of the hold phase (seconds since the run's start), or None when it
-    never had a frame."""
-    if result.first_frame_s is None:
+    never started."""
+    if result.first_frame_s is None or never_started(result, run):
         return None
-    start = max(run.config.hold_start_s, result.first_frame_s)
+    start = max(all_up_s(run), result.first_frame_s)
     end = run.config.end_s
     return (start, end) if end > start else None
+
+
+def streamed(result: StreamResult) -> tuple[float | None, float | None, float | None]:
+    """(seconds from first frame to last, fps and Mbps over them); None where under 2 frames."""
+    times = result.frame_t_s
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None, None, None
+    span = times[-1] - times[0]
+    return span, (len(times) - 1) / span, result.bytes * 8 / span / 1e6
 
 
 def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
@@ -53,12 +77,12 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         count = bisect.bisect_right(times, window[1]) - bisect.bisect_left(times, window[0])
         hold_fps = count / (window[1] - window[0])
     per_second = _hold_seconds(result.frames_per_s, window)
-    # a freeze belongs to the hold when it ended after the ramp (and the stream's first frame)
-    hold_freezes = [ms for at, ms in result.freeze_events if window is not None and at > window[0]]
-    streamed_s = None
-    if result.first_frame_s is not None and result.ended_s is not None:
-        streamed_s = max(0.0, result.ended_s - result.first_frame_s)
-    mbps = result.bytes * 8 / streamed_s / 1e6 if streamed_s else None
+    hold_freezes = [
+        ms
+        for at, ms in result.freeze_events
+        if window is not None and at > window[0] and at - ms / 1000.0 < window[1]
+    ]
+    streamed_s, fps, mbps = streamed(result)
     applied = result.quality_applied or {}
     expected_size = (
         f"{applied['width']}x{applied['height']}"
@@ -67,7 +91,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
     )
     decode = result.decode
     decode_ok = None
-    if decode is not None:
+    if decode is not None and not never_started(result, run):
         # every keyframe decoded is of the size asked for, or of the size the session
         # started at (the first keyframe may come before the request is applied)
         sizes = {expected_size, result.started_size or expected_size}
@@ -79,8 +103,9 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "process": result.process,
         "session_id": result.session_id,
         "worker_id": result.worker_id,
-        "state": result.state,
-        "reason": result.reason,
+        "state": "failed" if never_started(result, run) else result.state,
+        "reason": result.reason or ("never started" if never_started(result, run) else None),
+        "never_started": never_started(result, run),
         "requested_s": result.requested_s,
         "first_frame_s": result.first_frame_s,
         "ended_s": result.ended_s,
@@ -89,6 +114,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "quality_requested": result.quality_requested,
         "quality_applied": result.quality_applied,
         "fps_target": config.fps,
+        "fps": _round(fps, 2),
         "fps_hold": _round(hold_fps, 2),
         "fps_hold_min_1s": min(per_second) if per_second else None,
         "hold_window_s": [round(w, 3) for w in window] if window else None,
@@ -147,6 +173,9 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "streams": len(streams),
         "up_to_the_end": sum(1 for s in streams if s["state"] == "closed"),
         "failed": sum(1 for s in streams if s["state"] == "failed"),
+        "never_started": sum(1 for s in streams if s["never_started"]),
+        "hold_start_s": round(all_up_s(run), 3),
+        "fps_floor": round(config.fps_floor, 3),
         "frozen": sum(1 for s in streams if s["freezes_hold"]),
         "frozen_in_ramp": sum(1 for s in streams if s["freezes"] > s["freezes_hold"]),
         "fps_target": config.fps,
@@ -170,7 +199,7 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "setup_max_ms": max(setups) if setups else None,
         "decode_failed": sum(1 for s in streams if s["decode_ok"] is False),
     }
-    verdict = judge(config.min_fps, config.max_p95_ms, streams)
+    verdict = judge(config.fps_floor, config.max_p95_ms, streams)
     return {
         "schema": SCHEMA,
         "config": config.as_dict(),
@@ -212,9 +241,12 @@ def judge(
     min_fps: float | None, max_p95_ms: float | None, streams: list[dict[str, Any]]
 ) -> Verdict:
     reasons = []
-    failed = [s for s in streams if s["state"] == "failed"]
+    failed = [s for s in streams if s["state"] == "failed" and not s["never_started"]]
     if failed:
         reasons.append(f"{len(failed)} stream(s) failed ({_names(failed)})")
+    idle = [s for s in streams if s["never_started"]]
+    if idle:
+        reasons.append(f"{len(idle)} stream(s) never started ({_names(idle)})")
     frozen = [s for s in streams if s["freezes_hold"]]
     if frozen:
         reasons.append(f"{len(frozen)} stream(s) froze in the hold ({_names(frozen)})")
@@ -222,9 +254,15 @@ def judge(
     if bad_video:
         reasons.append(f"{len(bad_video)} stream(s) failed the decode check ({_names(bad_video)})")
     if min_fps is not None:
-        slow = [s for s in streams if s["fps_hold"] is None or s["fps_hold"] < min_fps]
+        slow = [
+            s
+            for s in streams
+            if not s["never_started"] and (s["fps_hold"] is None or s["fps_hold"] < min_fps)
+        ]
         if slow:
-            reasons.append(f"{len(slow)} stream(s) below {min_fps:g} fps ({_names(slow)})")
+            reasons.append(
+                f"{len(slow)} stream(s) below {min_fps:g} fps over the hold ({_names(slow)})"
+            )
     if max_p95_ms is not None:
         late = [
             s for s in streams if s["latency_ms"] is None or s["latency_ms"]["p95"] > max_p95_ms
@@ -256,12 +294,14 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"ramp {c['ramp_s']:g} s + hold {c['duration_s']:g} s, {processes} "
         f"process(es), against {c['server']}",
         f"worker mode: {m['description']}",
-        f"streams: {a['up_to_the_end']} up to the end, {a['failed']} failed, {a['frozen']} froze"
+        f"streams: {a['up_to_the_end']} up to the end, {a['failed']} failed "
+        f"({a['never_started']} never started), {a['frozen']} froze"
         f" in the hold ({a['freezes_hold']} freezes, {a['freeze_ms_hold'] / 1000:.1f} s); "
         f"{a['frozen_in_ramp']} froze during the ramp ({a['freezes'] - a['freezes_hold']} "
         "freezes: a gap > 3 frame intervals while sessions were starting)",
-        f"fps over the hold: min {_fmt(a['fps_hold_min'])}, median {_fmt(a['fps_hold_median'])} "
-        f"(target {c['fps']:g}); {a['mbps_total']:.1f} Mbps in all",
+        f"fps over the hold (from {a['hold_start_s']:.1f} s, all streams up): min "
+        f"{_fmt(a['fps_hold_min'])}, median {_fmt(a['fps_hold_median'])} (target {c['fps']:g}, "
+        f"floor {a['fps_floor']:g}); {a['mbps_total']:.1f} Mbps in all (each over its streaming)",
         f"frame latency (worker frame start → last packet in): p50 {_fmt(lat.get('p50'))} "
         f"p95 {_fmt(lat.get('p95'))} p99 {_fmt(lat.get('p99'))} ms over {lat.get('count', 0)} "
         f"frames",

@@ -24,6 +24,7 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from render_server.protocol.timing import now_ms  # one clock for all the runner's processes
 from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.loadtest.drag import drag
 from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, FrameDecoder, ObservedFrame
@@ -156,26 +157,35 @@ class StreamProbe:
         end_ms = self.t0_ms + config.end_s * 1000.0
         await asyncio.sleep(max(0.0, (start_ms - now_ms()) / 1000.0))
         self.result.requested_s = self._rel_s(now_ms())
+        # a stream with no frame by the run's end never started: a failure, not a pass
+        setup_s = min(config.setup_timeout_s, max(0.0, (end_ms - now_ms()) / 1000.0))
         try:
-            await asyncio.wait_for(self._open(), config.setup_timeout_s)
+            await asyncio.wait_for(self._open(), setup_s)
         except StreamFailed as exc:
             self._fail(str(exc))
         except TimeoutError:
             queued = self.result.state == "queued"
             where = f" (queued at position {self.result.queued_position})" if queued else ""
-            self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
+            if setup_s < config.setup_timeout_s:
+                self._fail(f"never started: no frame by the end of the run{where}")
+            else:
+                self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
         except (aiohttp.ClientError, OSError) as exc:
             self._fail(f"signaling unreachable: {exc}")
         except Exception as exc:  # aiortc's negotiation errors and the like: reported, not raised
             self._fail(f"{type(exc).__name__}: {exc}")
         if self.result.state != "failed":
             self.result.state = "up"
-            pinger = asyncio.create_task(
-                ping_every(self._send, self.latency.clock, PING_INTERVAL_S)
-            )
+            helpers = [
+                asyncio.create_task(ping_every(self._send, self.latency.clock, PING_INTERVAL_S))
+            ]
+            if config.drag:
+                moves = drag(self._send, config.seed, self.result.index, config.fps)
+                helpers.append(asyncio.create_task(moves))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), max(0.0, (end_ms - now_ms()) / 1000.0))
-            pinger.cancel()
+            for helper in helpers:
+                helper.cancel()
         await self._close()
         return self.result
 
