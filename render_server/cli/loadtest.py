@@ -92,6 +92,10 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument(
         "--no-drag", action="store_true", help="send no input: watch a still camera, as a viewer"
     )
+    p.add_argument("--receiver", choices=("lean", "full"), default="lean",
+                   help="lean: count frames on the marker bit straight from the decrypted RTP "
+                   "(receiver reports only, no NACK); full: aiortc's whole receive path "
+                   "(%(default)s)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
@@ -114,6 +118,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
             token=args.token, max_kbps=args.max_kbps, decode_every=args.decode_every,
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
             codec=args.codec, drag=not args.no_drag, seed=args.seed,
+            receiver=args.receiver,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from render_server.encode.codecs import CODECS
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
+RECEIVERS = ("lean", "full")
 DEFAULT_MIN_FPS_SHARE = 0.95  # without --min-fps, a stream under 95 % of the asked rate fails
 
 
@@ -37,10 +38,15 @@ class LoadTestConfig:
     # renders every frame: a still camera only repeats at the worker's --idle-fps
     drag: bool = True
     seed: int = 0
+    # lean: RTP counted straight from the decrypted datagram; full: through aiortc's receiver
+    # (jitter buffer, depacketizer, NACK), as before
+    receiver: str = "lean"
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
             raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
+        if self.receiver not in RECEIVERS:
+            raise ConfigError(f"--receiver must be lean or full, not {self.receiver!r}")
         if not self.server.startswith(("http://", "https://")):
             raise ConfigError(f"--server must be an http(s):// URL, not {self.server!r}")
         if not 1 <= self.streams <= MAX_STREAMS:

@@ -209,15 +209,24 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "harness": {
             "processes": run.processes,
             "cpu_s": round(sum(p.get("cpu_s", 0.0) for p in run.processes), 2),
+            "receiver": config.receiver,
+            "hold_packets_per_cpu_s": packets_per_cpu_s(run.processes),
         },
         "aggregate": aggregate,
-        "server_check": server_check(run, frames, sent),
+        "server_check": server_check(run, frames, sent, aggregate["packets"]),
         "verdict": {"passed": verdict.passed, "line": verdict.line, "reasons": verdict.reasons},
         "streams": streams,
     }
 
 
-def server_check(run: RunResult, frames: int, sent: int) -> dict[str, Any]:
+def packets_per_cpu_s(processes: list[dict[str, Any]]) -> float | None:
+    """RTP packets received per CPU-second of the harness over the hold, all processes."""
+    windows = [p["hold_window"] for p in processes if p.get("hold_window")]
+    cpu = sum(w["cpu_s"] for w in windows)
+    return round(sum(w["packets"] for w in windows) / cpu) if cpu > 0 else None
+
+
+def server_check(run: RunResult, frames: int, sent: int, packets: int) -> dict[str, Any]:
     """The worker's own counters over the run (after − before) beside the harness's totals.
     The worker counts encoded bytes; the harness counts RTP payload bytes (no start codes,
     with FU-A/STAP-A headers), which differ by a few bytes per NAL unit and packet."""
@@ -229,10 +238,15 @@ def server_check(run: RunResult, frames: int, sent: int) -> dict[str, Any]:
         "server_bytes": int(delta["bytes"]),
         "server_keyframes": int(delta["keyframes"]),
         "server_sessions_started": int(delta["sessions_started"]),
+        "server_media_packets": int(delta.get("media_packets", 0.0)),
         "harness_frames": frames,
         "harness_bytes": sent,
+        "harness_packets": packets,
         "frames_ratio": round(frames / delta["frames"], 4) if delta["frames"] else None,
         "bytes_ratio": round(sent / delta["bytes"], 4) if delta["bytes"] else None,
+        "packets_ratio": (
+            round(packets / delta["media_packets"], 4) if delta.get("media_packets") else None
+        ),
         "note": "counters are deltas over the run: other clients of the server would count too",
     }
 
@@ -310,6 +324,11 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"packets {a['lost_packets']} of {a['packets']}, NACKs {a['nacks_sent']}, PLIs "
         f"{a['plis_sent']}, decode check failed on {a['decode_failed']}",
     ]
+    h = report["harness"]
+    lines.append(
+        f"harness: {h['receiver']} receiver, {h['cpu_s']:.1f} CPU-s in all; over the hold "
+        f"{_fmt(h['hold_packets_per_cpu_s'], '.0f')} RTP packets per CPU-second"
+    )
     check = report["server_check"]
     if "error" in check:
         lines.append(f"server /metrics: unreadable after the run ({check['error']})")

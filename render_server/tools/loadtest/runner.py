@@ -32,6 +32,7 @@ from render_server.tools.stats import percentile
 PROGRESS_INTERVAL_S = 1.0
 START_TIMEOUT_S = 120.0  # for the processes to import aiortc and PyAV and say they are ready
 START_LEAD_S = 0.3
+HOLD_SETTLE_S = 1.0  # the CPU meter starts this long after the ramp (handshakes done)
 
 
 @dataclass
@@ -234,7 +235,8 @@ def _child_main(
     messages.put(("ready", process))
     go.wait()
     t0_ms = float(origin.value)
-    results = asyncio.run(_run_share(config, process, indices, messages, t0_ms))
+    window: dict[str, float] = {}
+    results = asyncio.run(_run_share(config, process, indices, messages, t0_ms, window))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = {
         "process": process,
@@ -243,20 +245,47 @@ def _child_main(
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "wall_s": round((now_ms() - t0_ms) / 1000.0, 2),
         "max_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "hold_window": window,
     }
     messages.put(("done", process, results, info))
 
 
 async def _run_share(
-    config: LoadTestConfig, process: int, indices: list[int], messages: Any, t0_ms: float
+    config: LoadTestConfig,
+    process: int,
+    indices: list[int],
+    messages: Any,
+    t0_ms: float,
+    window: dict[str, float],
 ) -> list[StreamResult]:
     probes = [StreamProbe(config, i, process, t0_ms) for i in indices]
     tasks = [asyncio.create_task(probe.run()) for probe in probes]
     reporter = asyncio.create_task(_report_progress(probes, process, messages))
+    meter = asyncio.create_task(_measure_hold(config, probes, t0_ms, window))
     try:
         return list(await asyncio.gather(*tasks))
     finally:
         reporter.cancel()
+        meter.cancel()
+
+
+async def _measure_hold(
+    config: LoadTestConfig, probes: list[StreamProbe], t0_ms: float, window: dict[str, float]
+) -> None:
+    """This process's CPU time and RTP packets over the hold, a second after the ramp to the
+    end: what receiving costs, without imports, handshakes or teardown."""
+    start_s = min(config.hold_start_s + HOLD_SETTLE_S, config.end_s)
+
+    def sample() -> tuple[float, float, int]:
+        packets = sum(p.assembler.stats.packets for p in probes)
+        return now_ms(), time.process_time(), packets
+
+    await asyncio.sleep(max(0.0, (t0_ms + start_s * 1000.0 - now_ms()) / 1000.0))
+    ms0, cpu0, packets0 = sample()
+    await asyncio.sleep(max(0.0, (t0_ms + config.end_s * 1000.0 - now_ms()) / 1000.0))
+    ms1, cpu1, packets1 = sample()
+    window.update(seconds=round((ms1 - ms0) / 1000.0, 3), cpu_s=round(cpu1 - cpu0, 3),
+                  packets=packets1 - packets0)  # fmt: skip
 
 
 async def _report_progress(probes: list[StreamProbe], process: int, messages: Any) -> None:

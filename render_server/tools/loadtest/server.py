@@ -21,6 +21,8 @@ WORKER_COUNTERS = {
     "keyframes": "worker_keyframes_total",
     "sessions_started": "sessions_started_total",
 }
+# RTP packets of media the paced send path sent first (not resent, not padding or FEC)
+MEDIA_PACKETS = ("worker_paced_packets_total{", 'kind="media"')
 
 
 class ServerUnreachable(ConnectionError):
@@ -103,6 +105,10 @@ def worker_counters(text: str) -> dict[str, float]:
             for name, value in samples.items()
             if name == metric or name.startswith(metric + "{")
         )
+    prefix, label = MEDIA_PACKETS
+    out["media_packets"] = sum(
+        value for name, value in samples.items() if name.startswith(prefix) and label in name
+    )
     return out
 
 

@@ -29,6 +29,7 @@ from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, FrameDecoder, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.lean_receiver import LeanReceiver
 from render_server.transport.receiver_hook import observe_receiver
 
 FREEZE_INTERVALS = 3  # a gap longer than this many frame intervals between frames is a freeze
@@ -216,12 +217,18 @@ class StreamProbe:
             transport_feedback=False,
         )  # fmt: skip
         self.pc.on("connectionstatechange", self._on_connection_state)
-        observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
+        lean = None
+        if self.config.receiver == "lean":
+            lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
+        else:
+            observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
         try:
             await signaling.negotiate(self.pc, timeout=None)
         except SignalingError as exc:
             raise StreamFailed(_reason(exc)) from None
+        if lean is not None:
+            lean.rehook()
         waiter = asyncio.create_task(self._first_frame.wait())
         stopper = asyncio.create_task(self._stopped.wait())
         await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,132 @@
+"""A lean receive path for load-test clients: RTP read from the decrypted datagram, nothing else.
+
+Checked against aiortc 1.16 (see transport/__init__.py). aiortc's DTLS transport unprotects
+each SRTP datagram and hands it to `RTCDtlsTransport._handle_rtp_data`, which parses the whole
+packet (header extensions included) and routes it to the receiver; the receiver then runs its
+REMB estimator, NACK generator, depayloader and jitter buffer on every packet. A client that
+only counts frames on the marker bit needs none of that: `receive_lean` replaces the transport's
+`_handle_rtp_data` with one that reads the fixed header and the payload's bounds and gives the
+packet to `on_packet` (the `receiver_hook` signature). ICE, DTLS, SRTP and the data channel are
+aiortc's, unchanged.
+
+The sender still hears from us: each packet feeds aiortc's own `StreamStatistics`, from which
+the receiver's RTCP task sends receiver reports (loss, jitter, LSR/DLSR for the RTT). No NACK,
+PLI or REMB is sent: lost packets stay lost (counted by the frame assembler), and the worker's
+bitrate is its own (REMB only ever lowers it).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiortc import RTCRtpReceiver
+from aiortc.rtcrtpreceiver import StreamStatistics
+
+from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
+
+_HEADER = struct.Struct("!HII")  # sequence number, timestamp, SSRC (after the first 2 bytes)
+_LENGTH = struct.Struct("!H")
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What `StreamStatistics.add` reads of a packet."""
+
+    sequence_number: int
+    timestamp: int
+
+
+@dataclass
+class LeanStats:
+    packets: int = 0  # RTP packets of the receiver's codecs handled here
+    padding: int = 0  # of them, RTX padding (bandwidth probes): no media to count
+    malformed: int = 0  # too short for their own header
+    passed_on: int = 0  # other RTP (not this receiver's codecs): left to aiortc
+
+
+class LeanReceiver:
+    """Takes one receiver's video off aiortc's per-packet path. Create it right after
+    `addTransceiver`, and call `rehook` after negotiating (BUNDLE may have given the receiver
+    another transport). RTX is unwrapped to the packet it repairs. aiortc's decoder gets
+    nothing (as with `observe_receiver` without decoding)."""
+
+    def __init__(
+        self,
+        receiver: RTCRtpReceiver,
+        on_packet: PacketObserver,
+        on_codec: CodecObserver | None = None,
+    ) -> None:
+        if getattr(receiver, "_RTCRtpReceiver__decoder_thread", None) is not None:
+            raise RuntimeError("the receiver already decodes: hook it before negotiating")
+        try:
+            self._codecs: dict[int, Any] = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
+            self._rtx_ssrc: dict[int, int] = receiver._RTCRtpReceiver__rtx_ssrc  # type: ignore[attr-defined]
+            self._streams: dict[int, StreamStatistics] = receiver._RTCRtpReceiver__remote_streams  # type: ignore[attr-defined]
+        except AttributeError:
+            raise RuntimeError("this aiortc's RTCRtpReceiver has no state to feed") from None
+        receiver._RTCRtpReceiver__decoder_queue = _DiscardQueue()  # type: ignore[attr-defined]
+        self.receiver = receiver
+        self.on_packet = on_packet
+        self.on_codec = on_codec
+        self.stats = LeanStats()
+        self._told: str | None = None  # the codec `on_codec` last heard of
+        self.rehook()
+
+    def rehook(self) -> None:
+        """Hook the receiver's transport as it is now (once per transport)."""
+        transport = self.receiver.transport
+        original: Callable[[bytes, int], Awaitable[None]] = transport._handle_rtp_data
+        if getattr(original, "lean", False):
+            return
+        handle = self._handle
+
+        async def lean(data: bytes, arrival_time_ms: int) -> None:
+            if not handle(data):
+                await original(data, arrival_time_ms)
+
+        lean.lean = True  # type: ignore[attr-defined]
+        transport._handle_rtp_data = lean  # type: ignore[method-assign]
+
+    def _handle(self, data: bytes) -> bool:
+        """True when the packet was ours (handled), False to leave it to aiortc."""
+        stats = self.stats
+        if len(data) < 12:
+            stats.malformed += 1
+            return True
+        codec = self._codecs.get(data[1] & 0x7F)
+        if codec is None:
+            stats.passed_on += 1
+            return False
+        stats.packets += 1
+        seq, timestamp, ssrc = _HEADER.unpack_from(data, 2)
+        start = 12 + 4 * (data[0] & 0x0F)
+        if data[0] & 0x10:  # a header extension: skipped whole
+            if len(data) < start + 4:
+                stats.malformed += 1
+                return True
+            start += 4 + 4 * _LENGTH.unpack_from(data, start + 2)[0]
+        end = len(data) - (data[-1] if data[0] & 0x20 else 0)
+        if end < start:
+            stats.malformed += 1
+            return True
+        statistics = self._streams.get(ssrc)
+        if statistics is None:
+            statistics = self._streams[ssrc] = StreamStatistics(codec.clockRate)
+        statistics.add(_Seen(seq, timestamp))  # type: ignore[arg-type]
+        name = codec.name
+        if name.lower() == "rtx":
+            repaired = self._codecs.get(codec.parameters.get("apt"))
+            if end - start < 2 or ssrc not in self._rtx_ssrc or repaired is None:
+                stats.padding += 1  # a probe's padding, or nothing we could place
+                return True
+            name, seq = repaired.name, _LENGTH.unpack_from(data, start)[0]
+            start += 2
+        if self.on_codec is not None and name != self._told:
+            self._told = name
+            self.on_codec(name)
+        self.on_packet(seq, timestamp, data[1] >> 7, data[start:end], time.monotonic() * 1000.0)
+        return True

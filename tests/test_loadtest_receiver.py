@@ -1,0 +1,102 @@
+"""The lean receiver: RTP read straight from the decrypted datagram. Its header parsing on real
+aiortc packets, and a real run whose counts match what the worker's /metrics says it sent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from aiortc import RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters
+from aiortc.rtcrtpparameters import RTCRtpParameters
+from aiortc.rtp import HeaderExtensionsMap, RtpPacket, wrap_rtx
+
+from render_server.transport.lean_receiver import LeanReceiver
+
+from .browser import serve_process
+
+H264, RTX = 96, 97
+
+
+def _packet(seq: int, marker: int, payload: bytes, **changes: object) -> RtpPacket:
+    packet = RtpPacket(payload_type=H264, marker=marker, sequence_number=seq, timestamp=9000,
+                       ssrc=1234, payload=payload)  # fmt: skip
+    for name, value in changes.items():
+        setattr(packet, name, value)
+    return packet
+
+
+async def test_the_lean_receiver_reads_header_payload_and_rtx_and_feeds_receiver_reports() -> None:
+    pc = RTCPeerConnection()
+    receiver = pc.addTransceiver("video", direction="recvonly").receiver
+    codecs = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
+    codecs[H264] = RTCRtpCodecParameters("video/H264", 90000, payloadType=H264)
+    codecs[RTX] = RTCRtpCodecParameters("video/rtx", 90000, payloadType=RTX,
+                                        parameters={"apt": H264})  # fmt: skip
+    receiver._RTCRtpReceiver__rtx_ssrc[5678] = 1234  # type: ignore[attr-defined]
+    seen: list[tuple[int, int, int, bytes]] = []
+    codec_names: list[str] = []
+    lean = LeanReceiver(
+        receiver, lambda seq, ts, marker, payload, _: seen.append((seq, ts, marker, payload)),
+        codec_names.append,
+    )  # fmt: skip
+    handle = receiver.transport._handle_rtp_data
+
+    plain = _packet(10, 0, b"\x65abc")
+    with_csrc = _packet(11, 0, b"\x41def", csrc=[1, 2])
+    with_extension = _packet(12, 1, b"\x41ghi")
+    with_extension.extensions.abs_send_time = 123
+    await handle(plain.serialize(), 0)
+    await handle(with_csrc.serialize(), 0)
+    extensions = HeaderExtensionsMap()
+    extensions.configure(RTCRtpParameters(headerExtensions=[RTCRtpHeaderExtensionParameters(
+        id=3, uri="http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time")]))  # fmt: skip
+    await handle(with_extension.serialize(extensions), 0)
+    padded = _packet(13, 1, b"\x41jkl", padding_size=7)
+    await handle(padded.serialize(), 0)
+    resent = wrap_rtx(_packet(14, 1, b"\x41mno"), payload_type=RTX, sequence_number=1, ssrc=5678)
+    await handle(resent.serialize(), 0)
+    probe = RtpPacket(payload_type=RTX, sequence_number=2, ssrc=5678)
+    probe.padding_size = 200
+    await handle(probe.serialize(), 0)
+    await handle(b"\x80\x60\x00", 0)  # shorter than a header
+
+    assert seen == [(10, 9000, 0, b"\x65abc"), (11, 9000, 0, b"\x41def"),
+                    (12, 9000, 1, b"\x41ghi"), (13, 9000, 1, b"\x41jkl"),
+                    (14, 9000, 1, b"\x41mno")]  # fmt: skip
+    assert codec_names == ["H264"]
+    assert lean.stats.packets == 6 and lean.stats.padding == 1 and lean.stats.malformed == 1
+    # aiortc's receiver reports come from these statistics
+    streams = receiver._RTCRtpReceiver__remote_streams  # type: ignore[attr-defined]
+    assert streams[1234].packets_received == 4 and streams[1234].max_seq == 13
+    assert streams[5678].packets_received == 2
+    lean.rehook()  # once per transport: no second wrapper
+    assert receiver.transport._handle_rtp_data is handle
+    await pc.close()
+
+
+def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
+    serve = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "2")
+    with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
+        done = subprocess.run(
+            [sys.executable, "-m", "render_server", "loadtest", "--server", url, "--streams", "2",
+             "--resolution", "320x240", "--fps", "30", "--duration", "5", "--ramp", "0.5",
+             "--min-fps", "20", "--report", str(tmp_path / "report"), "--json"],
+            capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["config"]["receiver"] == "lean" and report["harness"]["receiver"] == "lean"
+    check = report["server_check"]
+    # the worker's counters are worker-wide (no per-stream sent counter): this run's streams
+    # are its only sessions, so the deltas over the run are theirs
+    assert check["server_sessions_started"] == 2
+    assert abs(check["frames_ratio"] - 1) <= 0.01, check
+    assert abs(check["bytes_ratio"] - 1) <= 0.01, check
+    assert abs(check["packets_ratio"] - 1) <= 0.01, check
+    for s in report["streams"]:
+        assert s["state"] == "closed" and s["frames"] > 60
+        assert s["nacks_sent"] == 0 and s["plis_sent"] == 0  # the lean path sends neither
+        assert s["decode_ok"], s["decode"]  # a keyframe reassembled from its packets decodes
+    assert report["harness"]["hold_packets_per_cpu_s"] > 0
