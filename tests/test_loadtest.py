@@ -76,7 +76,7 @@ def test_a_run_in_vp8_or_av1_counts_and_decodes_that_codec(tmp_path: Path, codec
     with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
         done = _loadtest(
             "--server", url, "--streams", "2", "--resolution", "320x240", "--fps", "30",
-            "--duration", "4", "--ramp", "0.5", "--codec", codec.lower(), "--decode-every", "30",
+            "--duration", "4", "--ramp", "0.5", "--codec", codec.lower(), "--decode", "every", "15",
             "--min-fps", "20",
             "--report", str(tmp_path / "report"), "--json",
         )  # fmt: skip

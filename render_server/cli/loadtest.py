@@ -78,6 +78,22 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument("--processes", type=int, default=1,
                    help="harness processes sharing the streams (%(default)s)")  # fmt: skip
     p.add_argument("--token", help="a viewer or controller token, where the server asks for one")
+    p.add_argument(
+        "--decode",
+        nargs="+",
+        default=["keyframes"],
+        metavar="MODE",
+        help="keyframes: a sampled keyframe (once per --decode-every frames); every N:"
+        " the same, once per N frames (a P-frame cannot be decoded without every "
+        "frame back to its keyframe); all: every frame, in order; none (keyframes)",
+    )
+    p.add_argument(
+        "--decoder",
+        choices=("auto", "cpu", "nvdec"),
+        default="auto",
+        help="nvdec: FFmpeg's cuvid decoders on an NVIDIA GPU; auto: nvdec where it "
+        "opens, else cpu (%(default)s)",
+    )
     p.add_argument("--decode-every", type=int, default=30, metavar="N",
                    help="decode a keyframe at most once per N frames per stream; 0: never "
                    "(%(default)s)")  # fmt: skip
@@ -112,17 +128,26 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     from render_server.tools.loadtest.server import ServerUnreachable
 
     try:
+        decode, every = _decode_mode(args.decode, args.decode_every)
         config = LoadTestConfig(
             server=args.server, streams=args.streams, resolution=Resolution.parse(args.resolution),
             fps=args.fps, duration_s=args.duration, ramp_s=args.ramp, processes=args.processes,
-            token=args.token, max_kbps=args.max_kbps, decode_every=args.decode_every,
+            token=args.token, max_kbps=args.max_kbps, decode_every=every,
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
             codec=args.codec, drag=not args.no_drag, seed=args.seed,
-            receiver=args.receiver,
+            receiver=args.receiver, decode=decode, decoder=args.decoder,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if config.decode != "none" and config.decode_every > 0 and config.decoder != "cpu":
+        from render_server.tools.loadtest.decoding import DecoderUnavailable, pick_decoder
+
+        try:
+            pick_decoder(config.decoder, config.codec)
+        except DecoderUnavailable as exc:
+            print(f"render-server loadtest: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     missing = _missing_extras(progress=not args.json and not args.no_progress)
     if missing:
         print(f"render-server loadtest: {', '.join(missing)} missing: install the loadtest "
@@ -153,6 +178,17 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     report, summary = write_report(run, directory)
     print(json.dumps(report, indent=2) if args.json else summary)
     return EXIT_PASS if report["verdict"]["passed"] else EXIT_FAIL
+
+
+def _decode_mode(words: list[str], every: int) -> tuple[str, int]:
+    """`--decode` → (mode, keyframe sampling interval); ValueError names what is wrong."""
+    if len(words) == 1 and words[0] in ("all", "keyframes", "none"):
+        return words[0], every
+    if len(words) == 2 and words[0] == "every" and words[1].isdigit() and int(words[1]) >= 1:
+        return "keyframes", int(words[1])
+    raise ValueError(
+        f"--decode must be all, keyframes, every N (N ≥ 1) or none, not {' '.join(words)!r}"
+    )
 
 
 def _missing_extras(progress: bool) -> list[str]:

@@ -11,6 +11,8 @@ from render_server.encode.codecs import CODECS
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
 RECEIVERS = ("lean", "full")
+DECODE_MODES = ("none", "keyframes", "all")
+DECODERS = ("auto", "cpu", "nvdec")
 DEFAULT_MIN_FPS_SHARE = 0.95  # without --min-fps, a stream under 95 % of the asked rate fails
 
 
@@ -41,12 +43,20 @@ class LoadTestConfig:
     # lean: RTP counted straight from the decrypted datagram; full: through aiortc's receiver
     # (jitter buffer, depacketizer, NACK), as before
     receiver: str = "lean"
+    decode: str = "keyframes"  # none, keyframes (sampled, see decode_every), all
+    decoder: str = "auto"  # auto, cpu, nvdec
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
             raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         if self.receiver not in RECEIVERS:
             raise ConfigError(f"--receiver must be lean or full, not {self.receiver!r}")
+        if self.decode not in DECODE_MODES:
+            raise ConfigError(
+                f"--decode must be all, keyframes, every N or none, not {self.decode!r}"
+            )
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"--decoder must be auto, cpu or nvdec, not {self.decoder!r}")
         if not self.server.startswith(("http://", "https://")):
             raise ConfigError(f"--server must be an http(s):// URL, not {self.server!r}")
         if not 1 <= self.streams <= MAX_STREAMS:

@@ -79,6 +79,13 @@ def plots(run: RunResult) -> dict[str, str]:
     return out
 
 
+def _decode_cells(decode: dict[str, Any] | None) -> list[Any]:
+    if not decode:
+        return [None] * 4
+    timing = decode.get("decode_ms") or {}
+    return [timing.get("p50"), timing.get("p95"), decode["dropped"], decode["undecodable"]]
+
+
 def render_html(report: dict[str, Any], summary: str, images: dict[str, str]) -> str:
     rows = []
     for s in report["streams"]:
@@ -89,6 +96,7 @@ def render_html(report: dict[str, Any], summary: str, images: dict[str, str]) ->
             lat.get("p50"), lat.get("p95"), lat.get("p99"), s["freezes_hold"], s["freezes"],
             s["lost_packets"], s["nacks_sent"], s["plis_sent"], s["setup_ms"], s["streamed_s"],
             "ok" if s["decode_ok"] else "-" if s["decode_ok"] is None else "FAILED",
+            *_decode_cells(s["decode"]),
             s["reason"] or "",
         ]  # fmt: skip
         rows.append(
@@ -97,7 +105,7 @@ def render_html(report: dict[str, Any], summary: str, images: dict[str, str]) ->
     heads = (
         "#", "state", "fps (hold)", "min fps/1s", "Mbps", "p50 ms", "p95 ms", "p99 ms",
         "freezes (hold)", "freezes (all)", "lost pkts", "NACKs", "PLIs", "setup ms", "streamed s",
-        "decode", "reason",
+        "decode", "decode ms p50", "decode ms p95", "dropped", "undecodable", "reason",
     )  # fmt: skip
     images_html = "".join(
         f'<h2>{title}</h2><img alt="{title}" src="data:image/png;base64,{images[key]}">'

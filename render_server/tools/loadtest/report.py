@@ -198,6 +198,7 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "setup_ms": percentiles(setups),
         "setup_max_ms": max(setups) if setups else None,
         "decode_failed": sum(1 for s in streams if s["decode_ok"] is False),
+        "decode": decode_totals(config.decode, [s["decode"] for s in streams if s["decode"]]),
     }
     verdict = judge(config.fps_floor, config.max_p95_ms, streams)
     return {
@@ -216,6 +217,22 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "server_check": server_check(run, frames, sent, aggregate["packets"]),
         "verdict": {"passed": verdict.passed, "line": verdict.line, "reasons": verdict.reasons},
         "streams": streams,
+    }
+
+
+def decode_totals(mode: str, decodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Decoded, undecodable and dropped frames of all streams; the time per frame as the
+    median of the streams' medians and the worst stream's p95."""
+    if not decodes:
+        return None
+    p50s = [d["decode_ms"]["p50"] for d in decodes if d.get("decode_ms")]
+    p95s = [d["decode_ms"]["p95"] for d in decodes if d.get("decode_ms")]
+    return {
+        "mode": mode,
+        "decoders": sorted({f"{d['decoder']} ({d['kind']})" for d in decodes}),
+        **{k: sum(d[k] for d in decodes) for k in ("decoded", "undecodable", "dropped")},
+        "ms_p50": round(percentile(p50s, 50), 3) if p50s else None,
+        "ms_p95_worst": max(p95s) if p95s else None,
     }
 
 
@@ -324,6 +341,14 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"packets {a['lost_packets']} of {a['packets']}, NACKs {a['nacks_sent']}, PLIs "
         f"{a['plis_sent']}, decode check failed on {a['decode_failed']}",
     ]
+    d = a["decode"]
+    if d is not None:
+        lines.append(
+            f"decode ({d['mode']}, {', '.join(d['decoders'])}): {d['decoded']} frames decoded, "
+            f"{d['undecodable']} undecodable, {d['dropped']} dropped; per frame p50 "
+            f"{_fmt(d['ms_p50'], '.2f')} ms (median stream), p95 {_fmt(d['ms_p95_worst'], '.2f')}"
+            " ms (worst stream)"
+        )
     h = report["harness"]
     lines.append(
         f"harness: {h['receiver']} receiver, {h['cpu_s']:.1f} CPU-s in all; over the hold "

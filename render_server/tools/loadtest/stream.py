@@ -24,10 +24,11 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from render_server.protocol.timing import now_ms  # one clock for all the runner's processes
 from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.loadtest.decoding import StreamDecoder, pick_decoder
 from render_server.tools.loadtest.drag import drag
 from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
-from render_server.tools.measure.frames import FrameAssembler, FrameDecoder, ObservedFrame
+from render_server.tools.measure.frames import FrameAssembler, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
 from render_server.transport.lean_receiver import LeanReceiver
 from render_server.transport.receiver_hook import observe_receiver
@@ -130,12 +131,14 @@ class StreamProbe:
         self.result = StreamResult(index, process)
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
-        self.decoder: FrameDecoder | None = None
-        if config.decode_every > 0:
-            self.decoder = FrameDecoder("keyframes")
+        self.decoder: StreamDecoder | None = None
+        mode = config.decode if config.decode_every > 0 else "none"
+        if mode != "none":
+            self.decoder = StreamDecoder(mode, *pick_decoder(config.decoder, config.codec))
+        if mode == "keyframes":
             self.assembler: FrameAssembler = SamplingAssembler(self._on_frame, config.decode_every)
-        else:
-            self.assembler = FrameAssembler(self._on_frame)
+        else:  # "all" needs every frame's bytes
+            self.assembler = FrameAssembler(self._on_frame, keep_payload=mode == "all")
         self.assembler.set_codec(config.codec)  # until the first packet says which came
         self.pc: RTCPeerConnection | None = None
         self.signaling = SignalingClient(config.server, config.token, on_message=self._on_signal)
@@ -158,19 +161,14 @@ class StreamProbe:
         end_ms = self.t0_ms + config.end_s * 1000.0
         await asyncio.sleep(max(0.0, (start_ms - now_ms()) / 1000.0))
         self.result.requested_s = self._rel_s(now_ms())
-        # a stream with no frame by the run's end never started: a failure, not a pass
-        setup_s = min(config.setup_timeout_s, max(0.0, (end_ms - now_ms()) / 1000.0))
         try:
-            await asyncio.wait_for(self._open(), setup_s)
+            await asyncio.wait_for(self._open_by(end_ms), config.setup_timeout_s)
         except StreamFailed as exc:
             self._fail(str(exc))
         except TimeoutError:
             queued = self.result.state == "queued"
             where = f" (queued at position {self.result.queued_position})" if queued else ""
-            if setup_s < config.setup_timeout_s:
-                self._fail(f"never started: no frame by the end of the run{where}")
-            else:
-                self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
+            self._fail(f"no frame within {config.setup_timeout_s:g} s of the request{where}")
         except (aiohttp.ClientError, OSError) as exc:
             self._fail(f"signaling unreachable: {exc}")
         except Exception as exc:  # aiortc's negotiation errors and the like: reported, not raised
@@ -189,6 +187,18 @@ class StreamProbe:
                 helper.cancel()
         await self._close()
         return self.result
+
+    async def _open_by(self, end_ms: float) -> None:
+        """`_open`, given up at the run's end while still queued: a stream that never got a
+        frame is a failure, not a pass. (One still negotiating may finish: its error, say a
+        codec the worker does not send, is the better reason; the report fails it anyway.)"""
+        opening = asyncio.ensure_future(self._open())
+        await asyncio.wait({opening}, timeout=max(0.0, (end_ms - now_ms()) / 1000.0))
+        if not opening.done() and self.result.state == "queued":
+            opening.cancel()
+            position = self.result.queued_position
+            raise StreamFailed(f"never started: queued at position {position} the whole run")
+        await opening
 
     async def _open(self) -> None:
         self.result.state = "connecting"
@@ -290,7 +300,7 @@ class StreamProbe:
                 r.latency_t_s.append(self._rel_s(arrived))
                 r.latency_ms.append(ms)
         if self.decoder is not None:
-            r.decode = self.decoder.stats.as_dict()
+            r.decode = self.decoder.summary()
 
     # -- what it counts ----------------------------------------------------------------------
 
@@ -337,7 +347,7 @@ class StreamProbe:
             arrived if self._last_frame_ms is None else max(arrived, self._last_frame_ms)
         )
         self.latency.add_frame(frame)
-        if access_unit and self.decoder is not None:  # a sample (`SamplingAssembler` counts)
+        if self.decoder is not None:  # bytes only where the assembler kept them
             self.decoder.offer(frame, access_unit)
 
     def _gap(self, gap_ms: float, ended_ms: float, tail: bool = False) -> None:
