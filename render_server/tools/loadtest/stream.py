@@ -417,7 +417,11 @@ class StreamProbe:
             self.result.queued_position = message.get("position")
         elif kind == "session.ended":
             if not self._closing and self.result.state != "closing":
-                self._fail(f"the session was ended by the server ({message.get('reason')})")
+                # the error that preceded it says why (it may come in the same read, before
+                # the handshake's waiter has raised it)
+                errors = self.signaling.errors
+                why = f": {errors[-1].get('message')}" if errors else ""
+                self._fail(f"the session was ended by the server ({message.get('reason')}){why}")
         elif kind == "session.interrupted":
             self._fail(f"the session was interrupted ({message.get('reason')})")
         elif kind == "error" and len(self.result.worker_errors) < MAX_WORKER_ERRORS:
