@@ -48,12 +48,12 @@ class Source:
 
 
 class Harness:
-    def __init__(self, source: Source, fps: float = FPS) -> None:
+    def __init__(self, source: Source) -> None:
         self.source = source
         self.camera = 0
         self.executor = ThreadPoolExecutor(1)
         self.track = EncodedVideoTrack(
-            source, fps, lambda dt: self.camera, self.executor, idle_fps=IDLE_FPS
+            source, FPS, lambda dt: self.camera, self.executor, idle_fps=IDLE_FPS
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -130,31 +130,3 @@ async def test_frames_that_show_new_input_keep_the_frame_rate_cap() -> None:
     gaps = [b - a for a, b in zip(new, new[1:], strict=False)]
     assert len(new) >= 10
     assert min(gaps) > INTERVAL * 0.8, [round(g * 1e3, 1) for g in gaps]
-
-
-async def test_a_long_move_keeps_the_frame_rate_on_a_busy_loop() -> None:
-    """A drag pokes the track far faster than the frame rate while other sessions keep the
-    event loop busy, so every wake-up comes late: frames still come at the frame rate (counted
-    from each late wake-up, a 60 fps drag lost ~3 frames a second)."""
-    fps, seconds = 60.0, 2.0
-    source = Source()
-    async with Harness(source, fps) as h:
-        loop = asyncio.get_running_loop()
-        busy_until = time.monotonic() + seconds + 0.3
-
-        def busy() -> None:  # another session's work: the loop is held 3 ms in every 7
-            time.sleep(0.003)
-            if time.monotonic() < busy_until:
-                loop.call_later(0.004, busy)
-
-        loop.call_soon(busy)
-        await asyncio.sleep(0.2)
-        start = time.monotonic()
-        while time.monotonic() < start + seconds:
-            h.move()
-            await asyncio.sleep(0.004)
-        end = time.monotonic()
-    new = [t for t, _, repeat in source.starts if not repeat and start <= t < end]
-    gaps = [b - a for a, b in zip(new, new[1:], strict=False)]
-    assert len(new) >= 0.95 * fps * seconds, (len(new), [round(g * 1e3, 1) for g in gaps[:20]])
-    assert min(gaps) > 0.8 / fps, [round(g * 1e3, 1) for g in gaps]

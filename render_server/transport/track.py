@@ -19,9 +19,6 @@ from render_server.encode.protocol import EncodedPacket
 from render_server.protocol.timing import now_ms
 
 RTP_CLOCK = 90_000
-# under continuous input, frames keep the frame rate's cadence on their due times; a late one is
-# made up for, but two new frames never start closer than this share of an interval
-CATCH_UP = 0.85
 
 Camera = TypeVar("Camera")
 Camera_contra = TypeVar("Camera_contra", contravariant=True)
@@ -129,20 +126,15 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
             if wait > 0:
                 if poked or await self._wait(wait):
                     # input: start now if the frame rate allows (a repeat does not count), and
-                    # count ticks from here; in the middle of a move, from when the frame was
-                    # due: counted from each late wake-up, every later frame would slip (a drag
-                    # at 60 fps lost 3 frames a second)
+                    # count ticks from here
                     earliest = self._last_new + self._interval
                     if loop.time() < earliest:
                         await asyncio.sleep(earliest - loop.time())
-                        self._next_tick = earliest
-                    else:
-                        self._next_tick = loop.time()
+                    self._next_tick = loop.time()
             elif -wait > self._interval:
                 missed = int(-wait / self._interval)
                 self.dropped_ticks += missed
                 self._next_tick += missed * self._interval
-            due = self._next_tick
             self._next_tick += self._interval
 
             self.ticks += 1
@@ -159,9 +151,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
                 continue
             self._last_sent = started
             if not still:
-                # when it was due, so that the cadence holds; but a frame that started late
-                # never lets the next new one start sooner than CATCH_UP of an interval after it
-                self._last_new = max(due, started - (1 - CATCH_UP) * self._interval)
+                self._last_new = started
             pts = int((now - self._t0) * RTP_CLOCK)
             try:
                 if self._pipeline.cheap:
