@@ -137,8 +137,8 @@ def main() -> int:
         for what, streams in held_at:
             cost = ""
             if args.hour_price is not None:
-                per = args.hour_price / streams if streams else float("inf")
-                cost = f", {per:.3f} per stream-hour"
+                cost = (f", {args.hour_price / streams:.3f} per stream-hour" if streams
+                        else ": none held, no price per stream-hour")  # fmt: skip
             print(f"  {what}: {streams} streams{cost}")
     return 0
 
