@@ -166,7 +166,12 @@ class WorkerPool:
             backoff = BACKOFF_START_S if time.monotonic() - began > STEADY_S else backoff
             log.warning(
                 "worker.child_restarting",
-                extra={"child": child.index, "sessions_lost": len(lost), "in_s": backoff},
+                extra={
+                    "child": child.index,
+                    "sessions_lost": len(lost),
+                    "in_s": backoff,
+                    "restarts": child.restarts,
+                },
             )
             await asyncio.sleep(backoff)
             backoff = min(BACKOFF_MAX_S, backoff * 2)
