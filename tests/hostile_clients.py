@@ -123,6 +123,7 @@ class CountingViewer(Viewer):
     def __init__(self, url: str) -> None:
         super().__init__(url, frame_queue=256)
         self.count = 0
+        self.arrivals: list[float] = []  # when each frame came (monotonic), for the gaps
         self._counter: asyncio.Task[None] | None = None
         self._probes = 0
 
@@ -135,6 +136,12 @@ class CountingViewer(Viewer):
         while True:
             await self.frames.get()
             self.count += 1
+            self.arrivals.append(time.monotonic())
+
+    def longest_gap(self, since: float) -> float:
+        """The longest time without a frame from `since` to now (seconds)."""
+        times = [since, *(t for t in self.arrivals if t > since), time.monotonic()]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
 
     async def more_frames(self, count: int = 1, timeout: float = 20.0) -> None:
         """Until `count` more frames have come."""

@@ -13,7 +13,10 @@ What must hold throughout: every message is answered (an `error` with a known co
 128 KiB or more: 1009; a text frame that is not UTF-8: 1007, as RFC 6455 wants; 100 refused
 messages on a socket: 1008), after which the client reconnects; no HTTP 5xx, and our routes'
 errors are JSON; the fuzzed session's stream goes on. Over the barrage the legitimate stream
-keeps at least 80 % of the configured frame rate and its data channel answers a ping; the
+never stalls (no gap between frames over MAX_GAP_S) and keeps at least MIN_FPS_SHARE of the
+configured frame rate (loose: the barrage shares the machine's two cores with the stream, and
+on CI's a busy moment cost a quarter of it; a disturbed session shows as a stall), and its
+data channel answers a ping; the
 server's memory (RSS from /proc, after a warm-up of the same barrage and once the barrage's
 sessions are gone; the server fixes glibc's mmap threshold itself: `fix_mmap_threshold` in
 `render_server/cli/process.py`) grows by less than RSS_MARGIN_MIB; its log holds no traceback.
@@ -65,7 +68,8 @@ from .support import eventually, fleet_figures, receive
 pytestmark = pytest.mark.timeout(300)
 
 FPS = 15.0
-MIN_FPS_SHARE = 0.8
+MIN_FPS_SHARE = 0.5
+MAX_GAP_S = 1.5  # 235 ms here at 15 fps (66 ms apart)
 RSS_MARGIN_MIB = 24
 WARM_UP_ROUNDS = 150
 ROUNDS = 700
@@ -335,6 +339,7 @@ def test_hostile_clients_change_nothing_for_a_legitimate_stream(
 
     seconds = time.monotonic() - started
     fps = (legit.count - frames_before) / seconds
+    gap = legit.longest_gap(since=started)
     assert loop.run(legit.ping())["type"] == "pong"
     assert loop.run(arena.target.ping())["type"] == "pong"  # the fuzzed session goes on too
     loop.run(arena.target.more_frames(timeout=10))  # at the 1 fps a round may have asked for
@@ -346,9 +351,11 @@ def test_hostile_clients_change_nothing_for_a_legitimate_stream(
     counts = arena.counts()
     print(
         f"\n{ROUNDS} rounds in {seconds:.1f} s; legitimate stream {fps:.1f} fps "
-        f"(configured {FPS:g}); RSS {rss_before // 1024} -> {rss_after // 1024} MiB\n"
+        f"(configured {FPS:g}), longest gap {gap * 1e3:.0f} ms; "
+        f"RSS {rss_before // 1024} -> {rss_after // 1024} MiB\n"
         + json.dumps(dict(sorted(counts.items())), indent=1)
     )
+    assert gap <= MAX_GAP_S, f"the legitimate stream stalled {gap:.2f} s under the barrage"
     assert fps >= MIN_FPS_SHARE * FPS, f"{fps:.1f} fps under the barrage"
     assert rss_after - rss_before < RSS_MARGIN_MIB * 1024, (rss_before, rss_after)
     log = server.log_text()
