@@ -37,6 +37,7 @@ from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.state import export_state
+from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.retransmission import count_retransmits, size_history
 from render_server.transport.send_path import SendPath
@@ -216,11 +217,14 @@ class StreamSession:
         if transceiver.mid is None:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
         # after the offer: BUNDLE may have moved the sender onto the data channel's transport
-        watch_sent_packets(transceiver.sender, timing.packet_sent)
         count_retransmits(transceiver.sender, self._nacked)
-        if self.paced:  # after the timing records' hook: they see packets when they leave
+        if self.paced:  # frames go whole to the path, and leave past the transport's _send_rtp
             size_history(self.input.quality_limits.max_kbps * 1000)
-            self.path_control.start(transceiver.sender, self.peers)
+            path = self.path_control.start(transceiver.sender, self.peers)
+            path.on_marker(timing.packet_sent)
+            FrameSender(transceiver.sender, path.send_frame).install()
+        else:
+            watch_sent_packets(transceiver.sender, timing.packet_sent)
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
         await pc.setLocalDescription(await pc.createAnswer())

@@ -10,12 +10,41 @@ do), `_rtx_ssrc` and `__rtp_header_extensions_map`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiortc import rtcrtpsender
 from aiortc.rtp import wrap_rtx
 
+from render_server.transport.congestion import ProbeCluster
+from render_server.transport.fec_path import FecPath
+
 RECENT: Final = 8  # the packets a probe's padding cycles through
+PROBE_PACKET: Final = 1100  # bytes a probe may run ahead of its rate: one packet
+
+
+@dataclass
+class ProbeRun:
+    """A probe cluster under way: what of it has gone (wire bytes), and since when."""
+
+    cluster: ProbeCluster
+    started: float | None = None
+    packets: int = 0
+    sent: int = 0
+
+    def done(self) -> bool:
+        cluster = self.cluster
+        return self.packets >= cluster.min_packets and self.sent >= cluster.min_bytes
+
+    def due(self, now: float) -> bool:
+        """Another padding packet is due at `now` (the cluster's rate from its first)."""
+        if self.started is None:
+            self.started = now
+        allowed = (now - self.started) * self.cluster.bitrate / 8 + PROBE_PACKET
+        return self.sent < allowed and not self.done()
+
+    def count(self, size: int) -> None:
+        self.packets, self.sent = self.packets + 1, self.sent + size
 
 
 def padding_packet(sender: Any, last_sequence: int, index: int) -> bytes | None:
@@ -36,6 +65,19 @@ def padding_packet(sender: Any, last_sequence: int, index: int) -> bytes | None:
         packet = wrap_rtx(packet, rtx_type, next_rtx_number(sender), sender._rtx_ssrc)
     data: bytes = packet.serialize(sender._RTCRtpSender__rtp_header_extensions_map)
     return data
+
+
+def wire_padding(
+    sender: Any, last_media: int | None, index: int, fec: FecPath | None
+) -> bytearray | None:
+    """`padding_packet` after aiortc's media packet `last_media`, numbered as the wire knows
+    it where `fec` renumbers the stream; None where there is nothing to copy."""
+    if last_media is None:
+        return None
+    data = padding_packet(sender, last_media, index)
+    if data is not None and fec is not None:  # aiortc's number → the wire's
+        data = fec.retransmission(data)
+    return None if data is None else bytearray(data)
 
 
 def next_rtx_number(sender: Any) -> int:

@@ -2,20 +2,19 @@
 transport-wide, and the browser's transport-cc feedback read back into the controller.
 
 aiortc's sender writes each packet straight to its DTLS transport and obeys REMB alone. Here
-the transport's `_send_rtp` queues RTP packets in a `PacingQueue` instead; a task lets them out
-at the controller's pacing rate, writes each its transport-wide sequence number as it leaves
-(`header_extensions` left a placeholder), tells the controller what left when, and sends the
-controller's probe clusters as padding (RTX copies of recent packets, which the receiver
-drops as duplicates). RTCP from the browser passes through `_handle_rtcp_data`, where the
-transport-cc feedback (RTPFB FMT 15, which aiortc would misread as NACKs) goes to the
-controller. Its target reaches the encoder through `on_target`. Where the answer has RED and
-ULPFEC, `fec_path` renumbers the media on its way into the queue and adds FEC packets after
-the frames it protects (while the feedback reports loss), and NACKs are answered through it.
+a frame's packets (`send_frame`, from `frame_sender`; retransmissions through the transport's
+`_send_rtp`) queue in a `PacingQueue`; what the rate lets out leaves in one batch
+(`rtp_transmit`), each given its transport-wide number (`header_extensions` left a
+placeholder) and the controller told what left when; probe clusters go as padding (RTX copies
+of recent packets, dropped by the receiver as duplicates). The browser's RTCP passes through
+`_handle_rtcp_data`, where transport-cc feedback (RTPFB FMT 15, which aiortc would misread as
+NACKs) goes to the controller, whose target reaches the encoder through `on_target`. Where the
+answer has RED and ULPFEC, `fec_path` renumbers the media on its way into the queue, adds FEC
+after the frames it protects (while the feedback reports loss) and answers NACKs.
 
-A browser that never sends transport-cc feedback (an aiortc client without a feedback
-generator, an old browser) leaves the path in `remb` mode: REMB sets the target and packets
-leave at once, as with aiortc's own sender (the queue, should FEC or a backlog fill it,
-drains at 10 times the stream's maximum).
+Without transport-cc feedback (an aiortc client without a feedback generator, an old browser)
+the path stays in `remb` mode: REMB sets the target and packets leave at once, as aiortc's
+(a queue that FEC or a backlog fills drains at 10 times the stream's maximum).
 
 Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
 `_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc` and
@@ -29,7 +28,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from typing import Any, Final
 
@@ -49,7 +48,8 @@ from render_server.transport.header_extensions import (
     write_transport_sequence,
 )
 from render_server.transport.pacer import PacingQueue
-from render_server.transport.probe_padding import next_rtx_number, padding_packet
+from render_server.transport.probe_padding import ProbeRun, next_rtx_number, wire_padding
+from render_server.transport.rtp_transmit import PacketOutput
 from render_server.transport.transport_feedback import split_transport_feedback
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ FEEDBACK_WAIT_S: Final = 2.0  # no transport-cc feedback this long after the fir
 PACKET_OVERHEAD: Final = 10 + 8 + 20  # SRTP tag, UDP, IPv4: the controller counts wire bytes
 TARGET_STEP: Final = 0.05  # the encoder hears of a target that moved at least this share...
 TARGET_EVERY_S: Final = 1.0  # ...or of any change after this long
-PROBE_PACKET: Final = 1100
 FEC_LOSS_TOLERANCE: Final = 0.03
 SEND_RATE_WINDOW_S: Final = 0.5
 SEND_RATE_HEADROOM: Final = 1.5  # the pacer never runs slower than this x the sender's rate
@@ -94,7 +93,6 @@ class SendPath:
         self.queue = PacingQueue(controller.pacing_bitrate)
         self.mode = "waiting"  # → "transport-cc" at the first feedback, "remb" without any
         self.probes = 0
-        self.send_errors = 0
         self.feedback_messages = 0
         self.last_rtcp: float | None = None  # when the peer's RTCP last came: is it there?
         # packets sent by kind: media, rtx (NACKs answered on RTX), retransmission (on the
@@ -113,57 +111,29 @@ class SendPath:
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._send: Callable[[bytes], Awaitable[None]] | None = None
-        self._probe: ProbeCluster | None = None
-        self._probe_sent = (0, 0)  # packets, bytes of the probe under way
+        self._probe: ProbeRun | None = None  # the probe under way
         self.fec: FecPath | None = None  # where the answer has RED and ULPFEC, once sending
         self._fec_types: FecPayloadTypes | None = None
-        self._probe_started = 0.0
         self._probe_source = 0  # which recent packet the next padding copies
         self._last_media: int | None = None  # aiortc's number of the last media packet
+        self._transport: Any = None
+        self._out: PacketOutput | None = None
 
     # -- installation ------------------------------------------------------------------------
 
     def install(self, max_bitrate: int) -> None:
+        """Take over the sender's transport: its RTP from here leaves through `send_frame`."""
         transport = self.sender.transport
-        self._send = transport._send_rtp
+        self._out = PacketOutput(transport, self.sender._ssrc)
         handle_rtcp: Callable[[bytes], Awaitable[None]] = transport._handle_rtcp_data
         retransmit: Callable[[int], Awaitable[None]] = self.sender._retransmit
 
         async def send_rtp(data: bytes) -> None:
             if is_rtcp(data):
-                await self._send_now(data)
-                return
-            if transport.state != "connected":  # as aiortc's: its sender loop ends on this
-                raise ConnectionError("Cannot send encrypted RTP, not connected")
-            now, fec = self._clock(), self.fec
-            if self.mode == "remb" and fec is None and not len(self.queue):
-                # no feedback, nothing to pace against: aiortc's own way, a packet at once
-                self.packets[self._kind(data, self._retransmitting)] += 1
-                await self._send_now(data)
-                return
-            if fec is None and self._fec_types is not None and not self._retransmitting:
-                fec = self._start_fec()
-            if fec is None:
-                self.queue.push(bytearray(data), now, self._retransmitting)
-            elif self._retransmitting:
-                wire = fec.retransmission(data)
-                if wire is not None:
-                    self.queue.push(bytearray(wire), now, True)
-            elif data[8:12] == self._media_ssrc:
-                media, *protection = fec.media(data)  # ULPFEC packets after a frame's last
-                self.queue.push(bytearray(media), now)
-                for packet in protection:
-                    self.queue.push(bytearray(packet), now, kind="fec")
+                assert self._out is not None
+                await self._out.rtcp(data)
             else:
-                self.queue.push(bytearray(data), now)
-            self._media_bytes += len(data)
-            if not self._retransmitting and data[8:12] == self._media_ssrc:
-                self._last_media = int.from_bytes(data[2:4], "big")
-            if self._probe is None:  # what the budget lets out now leaves now: no task hop
-                await self._send_ready(now)
-            if len(self.queue):
-                self._wake.set()
+                await self.send_frame((data,))
 
         async def handle_rtcp_data(data: bytes) -> None:
             self.last_rtcp = self._clock()
@@ -189,12 +159,59 @@ class SendPath:
             finally:
                 self._retransmitting = False
 
+        self._transport = transport
         self._media_ssrc = self.sender._ssrc.to_bytes(4, "big")
         transport._send_rtp = send_rtp
         transport._handle_rtcp_data = handle_rtcp_data
         self.sender._retransmit = retransmit_first
         self.set_max_bitrate(max_bitrate)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def send_frame(self, packets: Sequence[bytes]) -> None:
+        """RTP packets of the sender (a frame's, in order; or one retransmission): paced, or
+        where nothing paces them, sent at once, in one batch."""
+        if self._transport.state != "connected":  # as aiortc's: its sender loop ends on this
+            raise ConnectionError("Cannot send encrypted RTP, not connected")
+        now = self._clock()
+        if self.mode == "remb" and self.fec is None and not len(self.queue):
+            # no feedback, nothing to pace against: aiortc's own way, at once
+            for data in packets:
+                self.packets[self._kind(data, self._retransmitting)] += 1
+            await self._transmit(packets)
+            return
+        for data in packets:
+            self._enqueue(data, now)
+        if self._probe is None:  # what the budget lets out now leaves now: no task hop
+            await self._send_ready(now)
+        if len(self.queue):
+            self._wake.set()
+
+    def _enqueue(self, data: bytes, now: float) -> None:
+        fec = self.fec
+        if fec is None and self._fec_types is not None and not self._retransmitting:
+            fec = self._start_fec()
+        if fec is None:
+            self.queue.push(bytearray(data), now, self._retransmitting)
+        elif self._retransmitting:
+            wire = fec.retransmission(data)
+            if wire is not None:
+                self.queue.push(bytearray(wire), now, True)
+        elif data[8:12] == self._media_ssrc:
+            media, *protection = fec.media(data)  # ULPFEC packets after a frame's last
+            self.queue.push(bytearray(media), now)
+            for packet in protection:
+                self.queue.push(bytearray(packet), now, kind="fec")
+        else:
+            self.queue.push(bytearray(data), now)
+        self._media_bytes += len(data)
+        if not self._retransmitting and data[8:12] == self._media_ssrc:
+            self._last_media = int.from_bytes(data[2:4], "big")
+
+    def on_marker(self, observer: Callable[[int, float], None]) -> None:
+        """Call `observer(rtp_timestamp, ms)` as each frame's last packet leaves (after
+        `install`): the timing records, which can no longer wrap the transport's `_send_rtp`."""
+        assert self._out is not None
+        self._out.on_marker = observer
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -296,11 +313,16 @@ class SendPath:
                 await asyncio.sleep(0)  # let the sender's loop and RTCP run between bursts
 
     async def _send_ready(self, now: float) -> None:
-        for packet in self.queue.pop(now):
-            self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
-            await self._emit(packet.data, now, self._probe_id())
+        ready = self.queue.pop(now)
+        if ready:
+            cluster, batch = self._probe_id(), []
+            for packet in ready:
+                self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
+                batch.append(self._number(packet.data, now, cluster))
+            await self._transmit(batch)
 
-    async def _emit(self, data: bytearray, now: float, cluster: int | None) -> None:
+    def _number(self, data: bytearray, now: float, cluster: int | None) -> bytearray:
+        """`data` with its transport-wide number written, told to the controller as sent."""
         ids = self.sender._RTCRtpSender__rtp_header_extensions_map
         extension_id = getattr(ids, "transport_cc_id", None)
         if extension_id is not None and write_transport_sequence(
@@ -313,7 +335,7 @@ class SendPath:
             self._sequence += 1
             if self._first_sent is None:
                 self._first_sent = now
-        await self._send_now(bytes(data))
+        return data
 
     def _kind(self, data: bytes | bytearray, retransmission: bool) -> str:
         if not retransmission:
@@ -321,59 +343,39 @@ class SendPath:
         rtx = int.from_bytes(data[8:12], "big") == self.sender._rtx_ssrc
         return "rtx" if rtx else "retransmission"
 
-    async def _send_now(self, data: bytes) -> None:
-        assert self._send is not None
-        try:
-            await self._send(data)
-        except ConnectionError:
-            pass  # the peer went: the sender's loop ends
-        except Exception as exc:  # one packet SRTP refuses (too long) must not end the path
-            self.send_errors += 1
-            if self.send_errors == 1:
-                log.warning("send_path.send_failed", extra={"error": str(exc)[:200],
-                                                            "bytes": len(data)})  # fmt: skip
+    async def _transmit(self, batch: Sequence[bytes | bytearray]) -> None:
+        assert self._out is not None
+        await self._out.rtp(batch)
 
     # -- probes ---------------------------------------------------------------------------------
 
     def _start_probe(self, cluster: ProbeCluster | None) -> None:
         if cluster is not None:
-            self._probe, self._probe_sent = cluster, (0, 0)
+            self._probe = ProbeRun(cluster)
             self.probes += 1
 
     def _probe_id(self) -> int | None:
-        return self._probe.id if self._probe is not None else None
+        return self._probe.cluster.id if self._probe is not None else None
 
     async def _pad_probe(self, now: float) -> None:
         """Send the probe cluster's bytes at its rate: padding beside whatever media goes."""
-        probe = self._probe
+        probe, batch = self._probe, []
         assert probe is not None
-        packets, sent = self._probe_sent
-        if packets >= probe.min_packets and sent >= probe.min_bytes:
-            self._probe = None
-            return
-        if packets == 0:
-            self._probe_started = now
-        # the bytes the probe's rate allows by now
-        due = (now - self._probe_started) * probe.bitrate / 8 + PROBE_PACKET
-        while sent < due and (packets < probe.min_packets or sent < probe.min_bytes):
+        while probe.due(now):
             padding = self._padding()
             if padding is None:
                 self._probe = None  # nothing to copy yet: no probe
-                return
+                break
             self.packets["padding"] += 1
-            await self._emit(padding, now, probe.id)
-            packets, sent = packets + 1, sent + len(padding) + PACKET_OVERHEAD
-        self._probe_sent = (packets, sent)
+            batch.append(self._number(padding, now, probe.cluster.id))
+            probe.count(len(padding) + PACKET_OVERHEAD)
+        if probe.done():
+            self._probe = None
+        await self._transmit(batch)
 
     def _padding(self) -> bytearray | None:
-        """A copy of a recent packet (probe_padding), numbered as the wire knows it."""
-        if self._last_media is None:
-            return None
-        data = padding_packet(self.sender, self._last_media, self._probe_source)
         self._probe_source += 1
-        if data is not None and self.fec is not None:  # aiortc's number → the wire's
-            data = self.fec.retransmission(data)
-        return None if data is None else bytearray(data)
+        return wire_padding(self.sender, self._last_media, self._probe_source - 1, self.fec)
 
     # -- feedback ---------------------------------------------------------------------------
 
@@ -397,11 +399,8 @@ class SendPath:
         self._update_rates()
 
     def _check_feedback(self, now: float) -> None:
-        if (
-            self.mode == "waiting"
-            and self._first_sent is not None
-            and now - self._first_sent > FEEDBACK_WAIT_S
-        ):
+        first = self._first_sent
+        if self.mode == "waiting" and first is not None and now - first > FEEDBACK_WAIT_S:
             self.mode = "remb"
             log.info("send_path.remb", extra={"reason": "no transport-cc feedback"})
 

@@ -1,0 +1,130 @@
+"""A paced sender's RTP loop: each encoded frame packetized, serialized and handed to the send
+path in one call, not a coroutine hop and a header-extension rebuild per packet.
+
+aiortc's `RTCRtpSender._run_rtp` builds every packet's header extensions anew (ours add the
+playout delay and the transport-wide placeholder to aiortc's: a pack, unpack and pack per
+packet) and awaits the transport once per packet. Here the frame's extension block is built
+once (aiortc's abs-send-time is read once per frame: the packets leave together, or as the
+pacer lets them, which no header written now could tell) and each packet is its 12-byte header,
+that block and its payload: the same bytes aiortc's `RtpPacket.serialize` writes for the same
+numbers and extension values (tests/test_frame_sender.py). The frame then goes to
+`SendPath.send_frame` in one call. What aiortc's loop keeps up to date is kept the same way:
+the retransmission history (its `RtpPacket`s, which `_retransmit` and the probes' padding
+read), the sender report's counters, the started and exited events, and the track stopped and
+the encoder released as the loop ends.
+
+Checked against aiortc 1.16: `RTCRtpSender._run_rtp` (replaced per sender: `send` starts
+`self._run_rtp(codec)`), `_next_encoded_frame`, and the private `__rtp_started`,
+`__rtp_exited`, `__track`, `__encoder`, `__mid`, `__rtp_history`, `__rtp_header_extensions_map`,
+`__ntp_timestamp`, `__rtp_timestamp`, `__octet_count`, `__packet_count`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from struct import Struct
+from typing import Any, Final
+
+from aiortc import rtcrtpsender
+from aiortc.clock import current_ntp_time
+from aiortc.mediastreams import MediaStreamError
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from aiortc.rtp import HeaderExtensions, RtpPacket
+from aiortc.utils import random32, uint32_add
+
+from render_server.transport.retransmission import history_size
+
+log = logging.getLogger(__name__)
+
+HEADER: Final = Struct("!BBHLL")  # V=2 P X CC, M PT, sequence number, timestamp, SSRC
+EXTENSION_HEADER: Final = Struct("!HH")  # profile, length in 32-bit words
+
+
+def serialize_frame(
+    payloads: Sequence[bytes],
+    payload_type: int,
+    first_sequence: int,
+    timestamp: int,
+    ssrc: int,
+    extension: tuple[int, bytes],
+) -> list[bytes]:
+    """The frame's RTP packets, numbered from `first_sequence`, the marker on the last, each
+    with the header extensions `extension` (a `HeaderExtensionsMap.set` result)."""
+    profile, value = extension
+    first = 0x90 if value else 0x80  # version 2, extension bit where there are extensions
+    block = EXTENSION_HEADER.pack(profile, len(value) >> 2) + value if value else b""
+    last, pack = len(payloads) - 1, HEADER.pack
+    return [
+        pack(first, (i == last) << 7 | payload_type, (first_sequence + i) & 0xFFFF, timestamp,
+             ssrc) + block + payload
+        for i, payload in enumerate(payloads)
+    ]  # fmt: skip
+
+
+class FrameSender:
+    """Runs `sender`'s RTP loop frame by frame into `send_frame` (`install` before the sender
+    starts, that is before the local description is set)."""
+
+    def __init__(self, sender: Any, send_frame: Callable[[Sequence[bytes]], Awaitable[None]]):
+        self._sender = sender
+        self._send_frame = send_frame
+        self.frames = 0
+
+    def install(self) -> None:
+        self._sender._run_rtp = self._run
+
+    async def _run(self, codec: RTCRtpCodecParameters) -> None:
+        sender = self._sender
+        sender._RTCRtpSender__rtp_started.set()
+        sequence, origin = rtcrtpsender.random_sequence_number(), random32()
+        payload_type = codec.payloadType
+        assert payload_type is not None  # the negotiated codec's
+        try:
+            while True:
+                if not sender._RTCRtpSender__track:
+                    await asyncio.sleep(0.02)
+                    continue
+                frame = await sender._next_encoded_frame(codec)
+                if frame is None:
+                    continue
+                await self._send(frame.payloads, payload_type, sequence,
+                                 uint32_add(origin, frame.timestamp))  # fmt: skip
+                sequence = (sequence + len(frame.payloads)) & 0xFFFF
+        except (asyncio.CancelledError, ConnectionError, MediaStreamError):
+            pass
+        except Exception:  # as aiortc's loop: said, and the loop ends so that stop() returns
+            log.warning("frame_sender.failed", extra={"error": traceback.format_exc()[-2000:]})
+        track = sender._RTCRtpSender__track
+        if track:
+            track.stop()
+            sender._RTCRtpSender__track = None
+        sender._RTCRtpSender__encoder = None
+        sender._RTCRtpSender__rtp_exited.set()
+
+    async def _send(
+        self, payloads: Sequence[bytes], payload_type: int, sequence: int, timestamp: int
+    ) -> None:
+        sender = self._sender
+        ntp = current_ntp_time()
+        extensions = HeaderExtensions()  # one for the frame's packets, as aiortc would write
+        extensions.abs_send_time = (ntp >> 14) & 0x00FFFFFF
+        extensions.mid = sender._RTCRtpSender__mid
+        extension = sender._RTCRtpSender__rtp_header_extensions_map.set(extensions)
+        ssrc, size = sender._ssrc, history_size()
+        history = sender._RTCRtpSender__rtp_history
+        last = len(payloads) - 1
+        for i, payload in enumerate(payloads):
+            number = (sequence + i) & 0xFFFF
+            packet = RtpPacket(payload_type, int(i == last), number, timestamp, ssrc, payload)
+            packet.extensions = extensions
+            history[number % size] = packet
+        packets = serialize_frame(payloads, payload_type, sequence, timestamp, ssrc, extension)
+        await self._send_frame(packets)
+        self.frames += 1
+        sender._RTCRtpSender__ntp_timestamp = current_ntp_time()
+        sender._RTCRtpSender__rtp_timestamp = timestamp
+        sender._RTCRtpSender__octet_count += sum(len(p) for p in payloads)
+        sender._RTCRtpSender__packet_count += len(payloads)
