@@ -21,7 +21,13 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
   `RTCRtpSender._retransmit` (retransmissions first); `probe_padding` reads the sender's
   `_RTCRtpSender__rtp_history`, `__rtx_payload_type`, `_rtx_ssrc` and advances
   `__rtx_sequence_number` (probes are RTX copies of recent packets).
-- `timing.watch_sent_packets`: wraps `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
+- `frame_sender` (the paced path's RTP loop): replaces `RTCRtpSender._run_rtp` on the
+  instance, calls `_next_encoded_frame`, and keeps aiortc's private `__rtp_history`, sender
+  report counters, `__rtp_started`/`__rtp_exited`, `__track` and `__encoder` as aiortc's loop
+  does; `rtp_transmit` protects with `RTCDtlsTransport._tx_srtp`, reads `_state`, counts into
+  `__tx_bytes`/`__tx_packets`, and sends on aioice's `Connection._nominated` pair.
+- `timing.watch_sent_packets` (aiortc's own send path, `--send-path stock`): wraps
+  `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
   `RTCRtpReceiver._handle_rtp_packet` and the private decoder queue, reads its codecs and RTX
   map.
