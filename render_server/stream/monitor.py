@@ -20,6 +20,7 @@ from render_server.render.camera import OrbitCamera
 from render_server.stream.governor import FrameRateGovernor, SecondOfFrames
 from render_server.stream.input_channel import InputChannel
 from render_server.stream.pipeline import FramePipeline
+from render_server.ticks import sleep_on_grid
 from render_server.transport.timing import FrameRecord, FrameTimingLog
 from render_server.transport.track import EncodedVideoTrack
 
@@ -119,7 +120,7 @@ class SessionMonitor:
     async def _send_timing(self) -> None:
         """The frames' timing records, batched: one small message every TIMING_INTERVAL_S."""
         while True:
-            await asyncio.sleep(TIMING_INTERVAL_S)
+            await sleep_on_grid(TIMING_INTERVAL_S)  # with every other session's (`ticks`)
             records = self.timing.drain()
             if not records:
                 continue
@@ -137,7 +138,7 @@ class SessionMonitor:
         track_seen: EncodedVideoTrack[OrbitCamera] | None = None
         try:
             while True:
-                await asyncio.sleep(1.0)
+                await sleep_on_grid(1.0)
                 track = self._current_track()
                 cpu = self.pipeline.cpu_seconds()
                 if cpu is not None:

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from aiortc.rtp import is_rtcp
 
+from render_server.ticks import next_on_grid
 from render_server.transport.congestion import (
     CongestionController,
     CongestionState,
@@ -291,8 +292,8 @@ class SendPath:
                 if self._probe is None and self.mode == "transport-cc":
                     self._start_probe(self.controller.next_probe(now))
                 # on REMB alone the controller has nothing to time: the rates now and then
-                idle = self.mode == "remb"
-                next_process = now + (REMB_INTERVAL_S if idle else PROCESS_INTERVAL_S)
+                idle = self.mode == "remb"  # on every session's grid (`ticks`)
+                next_process = next_on_grid(now, REMB_INTERVAL_S if idle else PROCESS_INTERVAL_S)
             await self._send_ready(now)
             if self._probe is not None:
                 await self._pad_probe(now)

@@ -17,6 +17,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from render_server.encode.protocol import EncodedPacket
 from render_server.protocol.timing import now_ms
+from render_server.ticks import on_grid
 
 RTP_CLOCK = 90_000
 
@@ -123,19 +124,21 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
                 self._next_tick = now
             wait = self._next_tick - now
             poked, self._input_pending = self._input_pending, False
-            if wait > 0:
-                if poked or await self._wait(wait):
-                    # input: start now if the frame rate allows (a repeat does not count), and
-                    # count ticks from here
-                    earliest = self._last_new + self._interval
-                    if loop.time() < earliest:
-                        await asyncio.sleep(earliest - loop.time())
-                    self._next_tick = loop.time()
-            elif -wait > self._interval:
-                missed = int(-wait / self._interval)
-                self.dropped_ticks += missed
-                self._next_tick += missed * self._interval
-            self._next_tick += self._interval
+            if wait > 0 and (poked or await self._wait(wait)):
+                # input: start now if the frame rate allows (a repeat does not count), and
+                # count ticks from here
+                earliest = self._last_new + self._interval
+                if loop.time() < earliest:
+                    await asyncio.sleep(earliest - loop.time())
+                self._next_tick = loop.time() + self._interval
+            else:
+                if -wait > self._interval:
+                    missed = int(-wait / self._interval)
+                    self.dropped_ticks += missed
+                    self._next_tick += missed * self._interval
+                # a tick of the clock: the next one on the process's grid of this frame rate,
+                # where every other session's track at the rate ticks too (`ticks`)
+                self._next_tick = on_grid(self._next_tick + self._interval, self._interval)
 
             self.ticks += 1
             now = time.monotonic()
