@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import av
+import pytest
 
+from render_server.ticks import next_on_grid, on_grid
 from render_server.transport.track import EncodedVideoTrack
 
 FPS = 30.0
@@ -130,3 +132,28 @@ async def test_frames_that_show_new_input_keep_the_frame_rate_cap() -> None:
     gaps = [b - a for a, b in zip(new, new[1:], strict=False)]
     assert len(new) >= 10
     assert min(gaps) > INTERVAL * 0.8, [round(g * 1e3, 1) for g in gaps]
+
+
+async def test_tracks_out_of_step_tick_together_on_the_grid() -> None:
+    """Ticks without input fall on multiples of the frame interval of the loop's clock, so
+    sessions started at any moment wake the event loop together (render_server/ticks.py)."""
+    first, second = Source(), Source()
+    async with Harness(first) as a:
+        await asyncio.sleep(INTERVAL * 0.4)  # out of step by 40 % of an interval
+        async with Harness(second) as b:
+            await asyncio.sleep(0.4)
+            ticks = [a.track._next_tick, b.track._next_tick]
+    for tick in ticks:
+        assert tick is not None
+        assert abs(tick / INTERVAL - round(tick / INTERVAL)) < 1e-6, tick
+    assert ticks[0] == pytest.approx(ticks[1]) or abs(ticks[0] - ticks[1]) == pytest.approx(
+        INTERVAL
+    )  # the same grid point, or its neighbour if one was read a tick later
+
+
+def test_grid_points() -> None:
+    assert on_grid(0.95, 0.1) == pytest.approx(1.0)
+    assert on_grid(1.0 + 1e-9, 0.1) == pytest.approx(1.0)  # on the grid, not the next point
+    assert next_on_grid(1.001, 0.1) == pytest.approx(1.1)  # woken on a point: the next one
+    assert next_on_grid(1.0, 0.1) == pytest.approx(1.1)
+    assert next_on_grid(0.999, 0.1) == pytest.approx(1.1)  # woken early: still the next one

@@ -45,8 +45,10 @@ class FrameSource(Protocol[Camera_contra]):
 class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     """`recv()` returns one `av.Packet` per frame; aiortc only packetizes it.
 
-    Frames follow the stream's frame rate. Ticks that were missed (a slow frame) are dropped
-    rather than queued: the next frame shows the newest camera, never a backlog. While the
+    Frames follow the stream's frame rate, on ticks at multiples of the frame interval of the
+    event loop's clock, where every session's track at that rate ticks (`ticks`). Ticks that
+    were missed (a slow frame) are dropped rather than queued: the next frame shows the newest
+    camera, never a backlog. While the
     picture stands still, frames repeat at `idle_fps` only (half the frame rate unless given).
     Input (`poke`) starts a frame at once instead of waiting for a tick: the frame-rate cap
     holds between frames that show something new, so the first move after stillness never
