@@ -86,6 +86,8 @@ def test_a_drained_worker_hands_the_page_to_another_without_a_black_picture(
     states = [entry for entry in seen if entry[0] != "freeze"]
     freezes = [entry[2] for entry in seen if entry[0] == "freeze"]
     assert states[-1][0] == "streaming" and freezes[-1] == "none"  # the live picture again
+    # the draining worker's frames never made the page `streaming` before the move was done
+    assert [state for state, *_ in states] == ["reconnecting", "streaming"], seen
     after = page.evaluate("window.renderStream.command('getCamera')")
     assert after == pose  # the camera moved with the session
     page.context.close()

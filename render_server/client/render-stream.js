@@ -137,6 +137,7 @@ export class RenderStream extends EventTarget {
     this._statsTimer = null;
     this._lastInbound = null;
     this._frozen = false;
+    this._movingFrom = null;  // the peer of a worker that drains: its frames are not the move's end
     this._inputSeq = 0;
     this._pingTimer = null;
     this._windowPeer = null;  // the peer connection that was last sent the window's size
@@ -289,7 +290,9 @@ export class RenderStream extends EventTarget {
         break;
       }
       case 'session.moving':
-        // the worker drains: it streams on until the new worker's `session.started`
+        // the worker drains: it streams on until the new worker's `session.started`, and its
+        // frames meanwhile do not make the page `streaming` again (the move is still to come)
+        this._movingFrom = this.pc;
         this._setState(State.RECONNECTING, message.reason || 'moving');
         break;
       case 'queue':
@@ -392,13 +395,15 @@ export class RenderStream extends EventTarget {
 
   _awaitFirstFrame(pc) {
     if (!this.video.requestVideoFrameCallback) {
-      this.video.addEventListener('playing', () => { if (pc === this.pc) this._onStreaming(); }, { once: true });
+      this.video.addEventListener('playing', () => {
+        if (pc === this.pc && pc !== this._movingFrom) this._onStreaming();
+      }, { once: true });
       return;
     }
     // every displayed frame: the first one means streaming; each one feeds the latency meter
     const shown = (now, meta) => {
       if (pc !== this.pc) return;
-      if (this.state !== State.STREAMING) this._onStreaming();
+      if (this.state !== State.STREAMING && pc !== this._movingFrom) this._onStreaming();
       this.latencyMeter.onFrameShown(now, meta);
       this.firstMoveMeter.onFrameShown(now, meta);
       this.video.requestVideoFrameCallback(shown);
