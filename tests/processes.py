@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -128,15 +129,30 @@ def workers(replica: Process) -> list[dict[str, Any]]:
     request = urllib.request.Request(
         replica.url + "/api/workers", headers={"Authorization": f"Bearer {token('viewer')}"}
     )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return list(json.load(response)["workers"])
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return list(json.load(response)["workers"])
+    except urllib.error.HTTPError as exc:
+        exc.msg = f"{exc.msg}: {exc.read()[:300]!r}; {replica.name}'s log: {replica.tail()}"
+        raise
+
+
+def _registered(replica: Process) -> int:
+    """How many workers `replica` lists; -1 while its shared state answers 503 (a Redis
+    stalled for a socket timeout on a loaded machine: asked again, as a script would)."""
+    try:
+        return len(workers(replica))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            return -1
+        raise
 
 
 def wait_for_workers(
     replica: Process, count: int, procs: list[Process], timeout: float = 60
 ) -> None:
     deadline = time.monotonic() + timeout
-    while len(workers(replica)) < count:
+    while _registered(replica) < count:
         for proc in procs:
             if proc.process.poll() is not None:
                 raise RuntimeError(f"{proc.name} exited: {proc.tail()}")

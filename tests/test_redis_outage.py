@@ -209,6 +209,12 @@ async def test_liveness_stays_and_readiness_follows_redis(
             status, text, took = await get(replica, "/metrics")
             assert status == 200 and took < 2.0, outage
             assert "render_state_store_up 0.0" in text and "signaling_connections" in text
+            # the API says the state is away (and when to retry), not an internal error
+            server, http = replica
+            async with http.get(server.make_url("/api/workers")) as response:
+                assert response.status == 503, (outage, await response.text())
+                assert (await response.json())["code"] == "unavailable"
+                assert response.headers["Retry-After"] == "1"
         finally:
             redis.start() if outage == "stopped" else redis.resume()
         await eventually_async(lambda: ready(replica), 15, 0.1, what=f"ready after {outage}")

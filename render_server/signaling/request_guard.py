@@ -11,12 +11,15 @@ Host header tells: on a loopback bind every request's Host must be a loopback na
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from render_server.protocol.errors import ErrorCode
 from render_server.signaling.audit import Throttled
 from render_server.signaling.edge import ORIGIN, client_address, ctx_of, http_error
+from render_server.signaling.faults import OUTAGE_ERRORS
 from render_server.signaling.origin import host_allowed, origin_allowed
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -29,6 +32,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # one line per refusal, until a flood of them (a rebinding page in a loop) is rate limited
 _refusals = Throttled(rate_per_s=2.0, burst=20.0)
+# an outage fails every API call at once: a few lines say so, not one per call
+_outages = Throttled(logging.getLogger(__name__), logging.WARNING, rate_per_s=0.2, burst=3.0)
+UNAVAILABLE_MESSAGE = "the shared state (Redis) does not answer for now: try again shortly"
+RETRY_AFTER_S = 1
 
 
 def _refuse(request: web.Request, event: str, reason: str) -> web.HTTPException:
@@ -98,5 +105,11 @@ async def request_guard(request: web.Request, handler: Handler) -> web.StreamRes
     except web.HTTPException as exc:  # errors too: the page reads why it was refused
         _cors_headers(exc, origin, config.allowed_origins)
         raise
+    except OUTAGE_ERRORS as exc:  # Redis away or stalled: not a bug, and the caller may retry
+        _outages("rest.unavailable", path=request.path, error=repr(exc)[:200])
+        unavailable = http_error(503, ErrorCode.UNAVAILABLE, UNAVAILABLE_MESSAGE)
+        unavailable.headers["Retry-After"] = str(RETRY_AFTER_S)
+        _cors_headers(unavailable, origin, config.allowed_origins)
+        raise unavailable from None
     _cors_headers(response, origin, config.allowed_origins)
     return response
