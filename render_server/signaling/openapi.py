@@ -9,7 +9,7 @@ from render_server import __version__
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SESSION_PATH = "/api/sessions/{sessionId}"
 _REST_CODES = ("bad_json", "bad_message", "too_large", "unauthorized", "forbidden",
-               "unknown_session", "too_many_sessions", "no_capacity")  # fmt: skip
+               "unknown_session", "too_many_sessions", "no_capacity", "unavailable")  # fmt: skip
 
 
 def _responses(ok: dict[str, Any], *codes: int) -> dict[str, Any]:
@@ -37,7 +37,8 @@ OPENAPI: dict[str, Any] = {
         "inspects sessions and workers. Send tokens as `Authorization: Bearer <JWT>`. "
         "Roles: a controller or viewer token creates sessions and reads its subject's; ending "
         "one takes its owner's controller token; an admin token reads and ends any session and "
-        "lists workers (it opens no socket).",
+        "lists workers (it opens no socket). While the shared state (Redis) does not answer, "
+        "any call answers 503 `unavailable` with `Retry-After`.",
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
