@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from render_server import __version__
 from render_server.cli.bench import add_bench
 from render_server.cli.doctor import add_doctor
+from render_server.cli.drain import add_drain
 from render_server.cli.latency import add_latency
 from render_server.cli.loadtest import add_loadtest
 from render_server.cli.serve import add_serve, add_signaling
@@ -21,6 +22,7 @@ Stream a rendered 3D scene to the browser over WebRTC.
   serve      one process: signaling, the web client and an embedded worker
   signaling  a signaling replica (no worker); several share a Redis registry
   worker     a worker process that registers with a signaling server
+  drain      drain the worker on this host and wait (a Kubernetes preStop hook)
   token      mint an access token (JWT) for a worker, controller, viewer or admin
   doctor     what this machine offers (CUDA, NVENC, libx264) and what auto picks
   bench      per-frame cost of each renderer/encoder pair
@@ -31,8 +33,8 @@ Every option can also be set with an environment variable RENDER_SERVER_<OPTION>
 (e.g. RENDER_SERVER_PORT=9000, RENDER_SERVER_SECRET=...); a flag wins over the environment."""
 
 COMMANDS = (
-    add_serve, add_signaling, add_worker, add_token, add_doctor, add_bench, add_latency,
-    add_loadtest,
+    add_serve, add_signaling, add_worker, add_drain, add_token, add_doctor, add_bench,
+    add_latency, add_loadtest,
 )  # fmt: skip
 
 

@@ -40,7 +40,11 @@ async def serve_worker(agent: WorkerAgent, config: WorkerConfig) -> None:
     status = None
     if config.metrics_port:
         status = StatusServer(
-            agent.status, agent.worker.metrics, config.metrics_host, config.metrics_port
+            agent.status,
+            agent.worker.metrics,
+            config.metrics_host,
+            config.metrics_port,
+            drain=agent.start_drain,
         )
         await status.start()
     if config.preemption_url:

@@ -1,11 +1,14 @@
 """A worker process's status port (`--metrics-port`): `/metrics` (Prometheus text of the
 worker's registry, with `render_worker_draining`, `render_worker_sessions` and
 `render_worker_signaling_connected`), `/healthz` (liveness: the process answers; it never
-depends on signaling) and `/readyz` (200 while registered and not draining, else 503 with the
-reason)."""
+depends on signaling), `/readyz` (200 while registered and not draining, else 503 with the
+reason) and `POST /drain`, which starts the drain as SIGTERM would, for a Kubernetes `preStop`
+hook (`render-server drain`). Only a caller on the loopback interface, that is inside the pod,
+may drain: the port itself is open to the cluster for scraping and probes."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,11 +20,15 @@ from render_server.metrics import CONTENT_TYPE_LATEST, Metrics
 log = logging.getLogger(__name__)
 
 Status = Callable[[], dict[str, Any]]  # {"draining": bool, "registered": bool, "sessions": int}
+Drain = Callable[[str], object]  # starts the drain, its reason given; a drain under way goes on
 
 
 class StatusServer:
-    def __init__(self, status: Status, metrics: Metrics, host: str, port: int) -> None:
+    def __init__(
+        self, status: Status, metrics: Metrics, host: str, port: int, drain: Drain | None = None
+    ) -> None:
         self.status = status
+        self.drain = drain
         self.metrics = metrics
         self.gauges = metrics.worker_status()
         self.host = host
@@ -30,6 +37,7 @@ class StatusServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_post("/drain", self._drain)
         self._runner = web.AppRunner(app, access_log=None)
 
     async def start(self) -> int:
@@ -76,6 +84,24 @@ class StatusServer:
             reason = "not_registered"
             return web.json_response({"status": "not_ready", "reason": reason}, status=503)
         return web.json_response({"status": "ready", **status})
+
+    async def _drain(self, request: web.Request) -> web.Response:
+        if not _loopback(request.remote):
+            log.warning("worker.drain_refused", extra={"peer": request.remote})
+            message = "only a caller inside the worker's host or pod (loopback) may drain it"
+            return web.json_response({"code": "forbidden", "message": message}, status=403)
+        if self.drain is None:
+            message = "this process cannot be drained"
+            return web.json_response({"code": "unavailable", "message": message}, status=503)
+        self.drain("prestop")
+        return web.json_response({"status": "draining", **self._now()}, status=202)
+
+
+def _loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:  # a Unix socket's peer, or none
+        return False
 
 
 __all__ = ["StatusServer"]
