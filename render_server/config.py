@@ -214,8 +214,12 @@ class ServerConfig:
     max_connections: int = 4096  # open connections in all
     # networks of proxies whose X-Forwarded-For names the client (edge.client_address)
     trusted_proxies: tuple[str, ...] = ()
+    tls_cert: Path | None = None  # HTTPS and wss:// without a proxy: a PEM chain and its key
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together")
         if not (0 <= self.port <= 65535):
             raise ConfigError(f"port {self.port} is outside 0..65535")
         if not (1 <= self.slots <= 64):

@@ -203,6 +203,12 @@ def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
     )
     g.add_argument("--port", type=int, default=env("port", c.port), help="%(default)s")
     g.add_argument(
+        "--tls-cert", type=Path, default=env_value("tls_cert"), metavar="FILE",
+        help="serve HTTPS (and wss://) with this PEM certificate chain, without a proxy",
+    )  # fmt: skip
+    g.add_argument("--tls-key", type=Path, default=env_value("tls_key"), metavar="FILE",
+                   help="the certificate's PEM private key")  # fmt: skip
+    g.add_argument(
         "--registry", default=env_value("registry"), metavar="URL",
         help="redis://HOST:PORT/DB to share workers, sessions and the queue between "
         "replicas (default: in memory, one replica)",
@@ -381,6 +387,8 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
         max_connections_per_address=args.max_connections_per_address,
         max_connections=args.max_connections,
         trusted_proxies=tuple(args.trusted_proxy),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
         **worker,
     )
 

@@ -30,6 +30,7 @@ from render_server.signaling.connection_limits import ConnectionLimits, listen
 from render_server.signaling.context import connect_context
 from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.local_worker_link import LocalWorkerLink
+from render_server.signaling.tls import server_context
 from render_server.signals import on_stop_signals
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
@@ -187,6 +188,9 @@ async def build_app(
 
 
 async def run_server(config: ServerConfig) -> None:
+    tls = None
+    if config.tls_cert is not None and config.tls_key is not None:  # before anything starts
+        tls = server_context(config.tls_cert, config.tls_key)
     app = await build_app(config)
     settle_heap()
     limits = ConnectionLimits.of(config)
@@ -196,15 +200,18 @@ async def run_server(config: ServerConfig) -> None:
     await runner.setup()
     try:
         # not a TCPSite: the connections are counted and timed (signaling/connection_limits.py)
-        listener = await listen(runner, config.host, config.port, limits, app[CONTEXT_KEY].metrics)
+        listener = await listen(
+            runner, config.host, config.port, limits, app[CONTEXT_KEY].metrics, tls=tls
+        )
     except OSError as exc:
         await runner.cleanup()
         raise ListenError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
     host = f"[{config.host}]" if ":" in config.host else config.host
     what = "streaming" if config.embedded_worker else "signaling"
     auth = "on" if config.auth_required else "off"
-    print(f"render-server: {what} at http://{host}:{config.port}/  (auth {auth}; Ctrl+C to stop)",
-          flush=True)  # fmt: skip
+    scheme = "http" if tls is None else "https"
+    print(f"render-server: {what} at {scheme}://{host}:{config.port}/  (auth {auth}; "
+          "Ctrl+C to stop)", flush=True)  # fmt: skip
     try:
         await until_stopped()
     finally:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,9 +220,10 @@ def _announcing(factory: RequestFactory) -> RequestFactory:
 
 async def listen(
     runner: web.AppRunner, host: str, port: int, limits: ConnectionLimits,
-    metrics: Metrics | None = None, backlog: int = 128,
+    metrics: Metrics | None = None, backlog: int = 128, tls: ssl.SSLContext | None = None,
 ) -> asyncio.Server:  # fmt: skip
-    """Serve `runner`'s app (after `runner.setup()`) on host:port within `limits`.
+    """Serve `runner`'s app (after `runner.setup()`) on host:port within `limits`, over TLS
+    with `tls` (a handshake is held to the header timeout, as a request's headers are).
 
     Close the returned server before `runner.cleanup()`, which closes the connections."""
     server = runner.server
@@ -238,4 +240,9 @@ async def listen(
             access_log=None,
         )  # fmt: skip
 
-    return await loop.create_server(protocol, host, port, backlog=backlog)
+    if tls is None:
+        return await loop.create_server(protocol, host, port, backlog=backlog)
+    return await loop.create_server(
+        protocol, host, port, backlog=backlog, ssl=tls,
+        ssl_handshake_timeout=limits.header_timeout_s,
+    )  # fmt: skip
