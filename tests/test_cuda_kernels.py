@@ -303,3 +303,32 @@ def test_missing_pycuda_is_a_clear_error(world: Scene) -> None:
         pytest.skip("pycuda is installed here")
     with pytest.raises(CudaUnavailable, match=r"pycuda is not installed: pip install '\.\[gpu\]'"):
         CudaRenderer(world, 64, 36)
+
+
+def test_kernels_compiled_ahead_are_found_only_for_the_same_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a GPU image's build stage writes (`precompiled`), the renderer finds at start; a
+    change to a constant the kernels take makes the files stale, and they are not used."""
+    from render_server.render.cuda import precompiled
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH nor at /usr/local/cuda/bin/nvcc")
+    assert precompiled.precompiled_ptx("raster.cu", str(tmp_path)) is None  # nothing built
+    monkeypatch.delenv(precompiled.PTX_DIR_ENV, raising=False)
+    assert precompiled.precompiled_ptx("raster.cu") is None  # no directory configured
+    written = precompiled.compile_all(tmp_path, nvcc)
+    assert sorted(p.name.split(".")[0] for p in written) == sorted(
+        Path(s).stem for s in SHADER_FILES
+    )
+    monkeypatch.setenv(precompiled.PTX_DIR_ENV, str(tmp_path))
+    for source in SHADER_FILES:
+        ptx = precompiled.precompiled_ptx(source)
+        assert ptx is not None and ptx.endswith(b"\0")
+        assert f".target {precompiled.PTX_ARCH.replace('compute', 'sm')}".encode() in ptx
+        for spec in KERNELS.values():
+            if spec.source == source:
+                assert f".entry {spec.name}(".encode() in ptx, spec.name
+    monkeypatch.setattr(precompiled, "NVCC_OPTIONS", ("--fmad=true",))
+    assert precompiled.precompiled_ptx("raster.cu") is None  # other options: compiled at start

@@ -1,5 +1,6 @@
 """The CUDA renderer's `Backend` on a GPU, through pycuda: the device's primary context, one
-stream, the kernels compiled by nvcc at start (pycuda's `SourceModule`).
+stream, the kernels compiled by nvcc at start (pycuda's `SourceModule`), or loaded as PTX that
+an image compiled when it was built (`precompiled`).
 
 pycuda is imported when a `PyCudaBackend` is made, not with this module: it is an optional
 extra (`pip install '.[gpu]'`), and importing it needs the CUDA driver.
@@ -27,6 +28,7 @@ from render_server.render.cuda.kernels import (
     shader_defines,
     shader_source,
 )
+from render_server.render.cuda.precompiled import precompiled_ptx
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,12 @@ class PyCudaBackend:
         defines = [f"-D{name}={value}" for name, value in shader_defines().items()]
         functions: dict[str, Any] = {}
         for name in SHADER_FILES:
+            ptx = precompiled_ptx(name)
+            if ptx is not None:  # compiled when the image was built: no nvcc needed here
+                module = self._cuda.module_from_buffer(ptx)
+                log.debug("cuda.kernels_precompiled", extra={"source": name})
+                self._prepare(module, name, functions)
+                continue
             try:
                 module = SourceModule(
                     shader_source(name),
@@ -136,12 +144,16 @@ class PyCudaBackend:
                     f"cannot compile shaders/{name}: nvcc (the CUDA toolkit) is needed at "
                     f"start ({exc})"
                 ) from exc
-            for spec in KERNELS.values():
-                if spec.source == name:
-                    function = module.get_function(spec.name)
-                    function.prepare("i" + spec.args)
-                    functions[spec.name] = function
+            self._prepare(module, name, functions)
         return functions
+
+    @staticmethod
+    def _prepare(module: Any, source: str, functions: dict[str, Any]) -> None:
+        for spec in KERNELS.values():
+            if spec.source == source:
+                function = module.get_function(spec.name)
+                function.prepare("i" + spec.args)
+                functions[spec.name] = function
 
     @property
     def device_name(self) -> str:
