@@ -55,3 +55,22 @@ def test_the_signing_key_can_come_from_a_file(tmp_path: Path) -> None:
         minted.stdout.strip(), ("viewer",)
     )
     assert identity.subject == "s"
+
+
+def test_the_turn_secret_can_come_from_a_file(tmp_path: Path) -> None:
+    import pytest
+
+    from render_server.cli.main import build_parser
+    from render_server.cli.options import server_config
+    from render_server.config import ConfigError
+
+    secret_file = tmp_path / "turn-secret"
+    secret_file.write_text("coturn-shared-secret\n")
+    args = ["signaling", "--turn-url", "turn:turn.example.com:3478"]
+    parsed = build_parser().parse_args([*args, "--turn-secret-file", str(secret_file)])
+    assert server_config(parsed, embedded_worker=False).turn_secret == "coturn-shared-secret"
+    both = build_parser().parse_args(
+        [*args, "--turn-secret", "x", "--turn-secret-file", str(secret_file)]
+    )
+    with pytest.raises(ConfigError, match="not both"):
+        server_config(both, embedded_worker=False)

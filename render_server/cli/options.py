@@ -226,7 +226,10 @@ def signaling_options(p: argparse.ArgumentParser, default_host: str) -> None:
         help="a turn:/turns: server; credentials are minted per session (repeatable)",
     )  # fmt: skip
     g.add_argument("--turn-secret", default=env_value("turn_secret"),
-                   help="coturn's static-auth-secret (use-auth-secret)")  # fmt: skip
+                   help="coturn's static-auth-secret (use-auth-secret); a flag shows in `ps`: "
+                   "prefer --turn-secret-file or RENDER_SERVER_TURN_SECRET")  # fmt: skip
+    g.add_argument("--turn-secret-file", type=Path, default=env_value("turn_secret_file"),
+                   metavar="FILE", help="a file holding --turn-secret")  # fmt: skip
     g.add_argument("--turn-ttl", type=float, default=env("turn_ttl", c.turn_ttl_s),
                    help="lifetime of TURN credentials, seconds (%(default)s)")  # fmt: skip
     g.add_argument("--heartbeat-timeout", type=float,
@@ -375,7 +378,7 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
         secret=read_secret(args.secret, args.secret_file, "--secret"),
         key_file=args.key_file,
         turn_urls=tuple(args.turn_url),
-        turn_secret=args.turn_secret,
+        turn_secret=read_secret(args.turn_secret, args.turn_secret_file, "--turn-secret"),
         turn_ttl_s=args.turn_ttl,
         heartbeat_timeout_s=args.heartbeat_timeout,
         resume_grace_s=args.resume_grace,
