@@ -113,6 +113,16 @@ def test_nvenc_failures_in_plain_words(lines: list[str], expected: str) -> None:
     assert expected in explain_nvenc_failure(lines)
 
 
+def test_a_container_without_the_video_capability_is_told_so() -> None:
+    lines = ["Cannot load libnvidia-encode.so.1"]
+    reason = explain_nvenc_failure(lines, environ={"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})
+    assert "must include video" in reason and "'compute,utility'" in reason
+    for granted in ("compute,video,utility", "all"):
+        reason = explain_nvenc_failure(lines, environ={"NVIDIA_DRIVER_CAPABILITIES": granted})
+        assert "no NVENC library" in reason and "must include" not in reason
+    assert "must include" not in explain_nvenc_failure(lines, environ={})  # not in a container
+
+
 def test_a_gpu_without_nvenc_is_named() -> None:
     h200 = GpuDevice(0, "NVIDIA H200", "9.0", 143_771)
     l4 = GpuDevice(0, "NVIDIA L4", "8.9", 23_034)

@@ -7,9 +7,10 @@ choices and `render-server doctor` are built on these answers.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -110,8 +111,28 @@ def _ffmpeg_log() -> Iterator[list[tuple[int, str, str]]]:
         av.logging.set_level(previous)
 
 
-def explain_nvenc_failure(log_lines: list[str], devices: tuple[GpuDevice, ...] = ()) -> str:
-    """A plain reason from FFmpeg's NVENC messages (and what we know about the GPU)."""
+def _missing_video_capability(environ: Mapping[str, str]) -> str:
+    """Why a container may lack the NVENC library: the NVIDIA Container Toolkit mounts it only
+    for the `video` driver capability ("" where that is not the cause we can see)."""
+    capabilities = environ.get("NVIDIA_DRIVER_CAPABILITIES")
+    if capabilities is None:
+        return ""
+    granted = {c.strip() for c in capabilities.split(",")}
+    if granted & {"video", "all"}:
+        return ""
+    return (
+        f": in a container, NVIDIA_DRIVER_CAPABILITIES must include video (it is "
+        f"{capabilities!r}), or the NVIDIA Container Toolkit does not mount it"
+    )
+
+
+def explain_nvenc_failure(
+    log_lines: list[str],
+    devices: tuple[GpuDevice, ...] = (),
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """A plain reason from FFmpeg's NVENC messages (and what we know about the GPU and the
+    container)."""
     text = " ".join(log_lines)
     no_nvenc = [d.name for d in devices if not d.has_nvenc]
     if no_nvenc:
@@ -122,7 +143,8 @@ def explain_nvenc_failure(log_lines: list[str], devices: tuple[GpuDevice, ...] =
     if "libcuda" in text or "dynamic load CUDA" in text:
         return "no CUDA driver (libcuda.so.1 cannot be loaded)"
     if "libnvidia-encode" in text:
-        return "the NVIDIA driver has no NVENC library (libnvidia-encode.so.1)"
+        why = _missing_video_capability(os.environ if environ is None else environ)
+        return f"the NVIDIA driver has no NVENC library (libnvidia-encode.so.1){why}"
     if "required nvenc API version" in text or "Driver does not support" in text:
         return f"the NVIDIA driver is too old for NVENC here (need {NVENC_MIN_DRIVER} or newer)"
     if "out of memory" in text or "incompatible client key" in text or "OpenEncodeSession" in text:
