@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from .leftover_processes import mark_this_run, stop_leftovers
 from .redis_server import redis_server
 from .support import ServerFactory
 
+pytest_plugins = ["tests.hang_watch"]
+
 mark_this_run()  # before any test starts a process, so that every child inherits the mark
 
 OUTPUT_DIR = Path(os.environ.get("TEST_OUTPUT_DIR", Path(__file__).parent.parent / "test-output"))
@@ -28,6 +31,11 @@ SMALL_STREAM = StreamConfig(resolution=Resolution(320, 240), fps=30.0)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """End what the run left running (it would hold CI's output pipe open) and say what it was."""
     stopped = stop_leftovers()
+    stuck = [
+        t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
+    ]
+    if stuck:
+        stopped.append(f"threads the interpreter will wait for at exit: {', '.join(stuck)}")
     if stopped:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         lines = [f"stopped {len(stopped)} process(es) the tests left running:", *stopped]

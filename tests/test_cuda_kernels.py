@@ -40,9 +40,10 @@ from .pixel_coverage import cpu_coverage, emulated_coverage
 WIDTH, HEIGHT = 320, 180
 # What the kernels achieve against the CPU renderer (README.md quotes it): measured at 320×180
 # on x86-64 over the views below, at worst 100.5 dB, one pixel one level off in one channel
-# (inf: identical), with the same visible triangle at every pixel. 97.5 dB is two such pixels:
-# a one-pixel margin for another CPU's vector unit (the shading is numba fastmath).
-MIN_PSNR = 97.5
+# (inf: identical), with the same visible triangle at every pixel. Another machine of the same
+# kind gave two such pixels (97.496 dB: the shading is numba fastmath, and another CPU's vector
+# unit rounds differently); 95.5 dB allows three.
+MIN_PSNR = 95.5
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

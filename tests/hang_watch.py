@@ -1,0 +1,85 @@
+"""A watchdog for the run itself: a test or an exit that hangs ends the run with every stack.
+
+pytest-timeout's signal method cannot interrupt a test stuck in C code (a decoder's loop, a lock
+taken with the GIL held), and nothing bounds the interpreter's exit, which waits for every
+non-daemon thread. Past its deadline this prints the stuck stage and each thread's stack to the
+real stderr (pytest's capture suspended, or what it holds is lost) and exits 1: a failure that
+names the hang, instead of CI's clock running out with nothing printed.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import threading
+import time
+from collections.abc import Generator
+
+import pytest
+
+# past a test's own timeout: stuck where pytest-timeout can't reach it
+MARGIN_S = float(os.environ.get("HANG_WATCH_MARGIN_S", "120"))
+EXIT_GRACE_S = MARGIN_S  # the interpreter's exit (joining threads) after the last test
+_WATCH = pytest.StashKey["HangWatch"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_WATCH] = HangWatch(config)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    marker = item.get_closest_marker("timeout")
+    own = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+    watch = item.config.stash[_WATCH]
+    watch.arm(float(own or 180) + MARGIN_S, item.nodeid)
+    try:
+        yield
+    finally:
+        watch.cancel()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _WATCH in config.stash:
+        config.stash[_WATCH].arm(EXIT_GRACE_S, "the interpreter's exit after the tests")
+
+
+class HangWatch:
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+        self._deadline = float("inf")
+        self._what = ""
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, name="hang-watch", daemon=True).start()
+
+    def arm(self, seconds: float, what: str) -> None:
+        with self._lock:
+            self._deadline, self._what = time.monotonic() + seconds, what
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._deadline = float("inf")
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                expired = time.monotonic() > self._deadline
+                what = self._what
+            if expired:
+                self._end(what)
+
+    def _end(self, what: str) -> None:
+        capture = self._config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            try:
+                capture.suspend_global_capture(in_=False)
+            except Exception:  # the stacks matter more than a clean capture state
+                pass
+        sys.stderr.write(f"\nhang-watch: {what} is stuck; every thread's stack:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(1)
