@@ -28,6 +28,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "encode": {"signaling", "worker", "stream", "transport", "tools", "cli"},
     "backends": {"signaling", "worker", "transport", "tools", "cli"},  # bench times the stream
     "tools": {"signaling", "worker", "stream", "render", "backends", "cli"},
+    "scene_formats": {  # model files checked below render (and signaling's upload checks)
+        "signaling", "worker", "stream", "transport", "render", "encode", "backends", "tools",
+        "cli", "metrics", "logs",
+    },
 }  # fmt: skip
 
 

@@ -10,12 +10,11 @@ from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
+# one class for the loaders, the upload checks and the renderers; importable from here as before
+from render_server.scene_formats.errors import SceneError as SceneError
+
 DEFAULT_LIGHT_DIRECTION = (0.27, -0.77, -0.58)  # travels down and away from the default view
 DEFAULT_LIGHT_COLOR = (1.0, 0.95, 0.86)  # linear RGB, warm white sun
-
-
-class SceneError(ValueError):
-    """A scene that cannot be used; the message names the file, the problem and any limit."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Scene files: glTF 2.0 (.glb, .gltf) and OBJ (with its .mtl) loaded through trimesh.
 
-trimesh parses the file into a scene graph; `scene_from_trimesh` flattens the graph into the
+The prepasses of `scene_formats` check and normalise the file first (glTF: structure, Draco,
+fans, spec-gloss, required extensions; OBJ: encoding, polygons, paths), trimesh parses what
+they hand on into a scene graph, and `scene_from_trimesh` flattens the graph into the
 renderers' `Scene` of world-space triangles, per-corner normals and materials.
 """
 
@@ -9,9 +11,12 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import trimesh
@@ -20,9 +25,19 @@ from trimesh.visual.material import PBRMaterial, SimpleMaterial
 from trimesh.visual.texture import TextureVisuals
 
 from render_server.render.scene import Material, Scene, SceneError, srgb_to_linear
+from render_server.scene_formats.gltf_prepass import prepare_gltf
+from render_server.scene_formats.obj_prepass import prepare_mtl, prepare_obj
 
 SUPPORTED_SUFFIXES = (".glb", ".gltf", ".obj")
 CREASE_ANGLE = math.radians(30.0)  # a smooth normal further than this from its face is a crease
+ZERO_AREA = 1e-10  # of the scene's extent squared: far below a pixel, above float32's rounding
+AREA_CHUNK = 65536  # triangles measured at a time, until one is not collapsed
+# messages of Python's own that say nothing to a designer about their file
+PYTHON_INTERNALS = re.compile(
+    r"object has no attribute|object is not|not subscriptable|unhashable|out of bounds|"
+    r"index out of range|update sequence|reshape|NoneType|No module named|unsupported operand|"
+    r"positional argument|invalid literal|could not convert|must be real number"
+)
 
 
 @dataclass(frozen=True)
@@ -61,24 +76,49 @@ def load_scene(path: str | Path, limits: SceneLimits = SceneLimits()) -> Scene:
     if len(data) > limits.max_bytes:
         raise SceneError(f"{path}: the file grew past {limits.max_bytes} bytes while read")
     resolver = _BoundedResolver(path, budget=limits.max_bytes - len(data))
+    obj = suffix == ".obj"
     try:
+        if obj:
+            prepared, file_type = prepare_obj(data, str(path)), "obj"
+        else:
+            prepared = prepare_gltf(data, str(path), suffix == ".glb", resolver.get)
+            file_type = "glb"  # the prepass hands on every glTF as one .glb
         loaded = trimesh.load_scene(
-            io.BytesIO(data), file_type=suffix[1:], resolver=resolver, process=False
+            io.BytesIO(prepared), file_type=file_type, resolver=resolver, process=False
         )
+        names = resolver.mtl_names if obj else None
+        return scene_from_trimesh(loaded, str(path), obj, limits, obj_materials=names)
     except SceneError:
         raise
     except Exception as exc:  # trimesh raises anything from KeyError to struct.error
-        raise SceneError(f"{path}: not a readable {suffix[1:].upper()} file ({exc})") from exc
-    return scene_from_trimesh(loaded, str(path), obj=suffix == ".obj", limits=limits)
+        raise _unreadable(path, suffix[1:].upper(), exc) from exc
+
+
+def _unreadable(path: Path, kind: str, exc: Exception) -> SceneError:
+    """A reader's failure in a designer's words: its message where it speaks of the file, else
+    which failure it was (the checks before trimesh name the causes they know)."""
+    detail = " ".join(str(exc).split())[:200]
+    if not detail or PYTHON_INTERNALS.search(detail):
+        detail = (
+            f"the reader stopped with {type(exc).__name__}: the file breaks the format "
+            "somewhere this server does not check; export it again"
+        )
+    return SceneError(f"{path}: not a readable {kind} file ({detail})")
 
 
 def scene_from_trimesh(
-    loaded: trimesh.Scene, source: str, obj: bool, limits: SceneLimits | None = None
+    loaded: trimesh.Scene,
+    source: str,
+    obj: bool,
+    limits: SceneLimits | None = None,
+    obj_materials: Collection[str] | None = None,
 ) -> Scene:
     """Flatten a trimesh scene graph into world-space triangles, one object per node.
 
     `source` names the scene in errors; `obj`: the OBJ rules for materials and normals (see
-    `load_scene`); `limits`: refuse more triangles than `limits.max_triangles`.
+    `load_scene`); `limits`: refuse more triangles than `limits.max_triangles`;
+    `obj_materials`: the names the OBJ's .mtl defines (any other material is trimesh's stand-in
+    for none, drawn in the default grey).
     """
     instances: list[tuple[np.ndarray, str, str]] = []  # transform, geometry, node
     total = 0
@@ -106,7 +146,7 @@ def scene_from_trimesh(
     for transform, name, node_name in instances:
         if name not in corners:
             mesh = loaded.geometry[name]
-            material = _material(mesh, name, obj)
+            material = _material(mesh, name, obj, obj_materials)
             if material not in material_index:
                 material_index[material] = len(materials)
                 materials.append(material)
@@ -137,6 +177,7 @@ def scene_from_trimesh(
     all_positions = np.concatenate(positions).astype(np.float32)
     if not np.isfinite(all_positions).all():
         raise SceneError(f"{source}: non-finite vertex coordinates")
+    _refuse_zero_area(all_positions, source)
     return Scene(
         positions=all_positions,
         normals=np.concatenate(normals).astype(np.float32),
@@ -147,17 +188,46 @@ def scene_from_trimesh(
     )
 
 
+def _refuse_zero_area(positions: np.ndarray, source: str) -> None:
+    """A scene of lines and points only (every triangle collapsed) draws nothing."""
+    extent = float(np.ptp(positions.reshape(-1, 3), axis=0).max())
+    for start in range(0, len(positions), AREA_CHUNK):
+        corners = positions[start : start + AREA_CHUNK].astype(np.float64)
+        doubled = np.linalg.norm(
+            np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1
+        )
+        if (doubled > 2 * ZERO_AREA * extent**2).any():
+            return
+    raise SceneError(
+        f"{source}: all {len(positions)} triangles have zero area (each is a line or a point): "
+        "nothing to draw"
+    )
+
+
 class _BoundedResolver(FilePathResolver):
-    """Reads files next to the scene (buffers, textures, .mtl) within a byte budget."""
+    """Reads files next to the scene (buffers, textures, .mtl) within a byte budget; an .mtl
+    goes through `prepare_mtl`, and the material names it defines are kept in `mtl_names`."""
 
     def __init__(self, source: Path, budget: int) -> None:
         super().__init__(str(source))  # refuses paths that leave the scene's folder
         self.budget = budget
         self.source = source
+        self.mtl_names: set[str] = set()
 
     def get(self, name: str) -> bytes:
-        # the same candidates as trimesh's resolver, each confined to the folder
-        for candidate in (name.strip(), name.strip().lstrip("/"), os.path.basename(name)):
+        data = self._read(name)
+        if name.strip().lower().endswith(".mtl"):
+            mtl = prepare_mtl(data)
+            self.mtl_names |= mtl.names
+            return mtl.data
+        return data
+
+    def _read(self, name: str) -> bytes:
+        # trimesh's candidates, each confined to the folder, with Windows separators as "/"
+        # and a glTF URI's escapes (%20) undone
+        plain = name.strip().replace("\\", "/")
+        candidates = (plain, plain.lstrip("/"), unquote(plain), os.path.basename(unquote(plain)))
+        for candidate in dict.fromkeys(candidates):
             try:
                 path = self.absolute(candidate)
             except ValueError:
@@ -216,10 +286,14 @@ def _corners(
     return pos, nrm
 
 
-def _material(mesh: trimesh.Trimesh, name: str, obj: bool) -> Material:
+def _material(
+    mesh: trimesh.Trimesh, name: str, obj: bool, obj_materials: Collection[str] | None
+) -> Material:
     """The renderer's material for a mesh's visual (see `load_scene` for the rules)."""
     visual = mesh.visual
     material: Any = visual.material if isinstance(visual, TextureVisuals) else None
+    if obj and obj_materials is not None and getattr(material, "name", None) not in obj_materials:
+        material = None  # trimesh's stand-in (dark, with a placeholder texture) for no material
     if isinstance(material, PBRMaterial):
         factor = material.baseColorFactor  # trimesh stores it as RGBA uint8: 1/255 steps
         base = np.ones(3) if factor is None else np.asarray(factor[:3], dtype=np.float64) / 255
