@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,11 @@ MAX_PROCESSES = 64  # a worker's child processes (`--processes`)
 MAX_SCENE_TRIANGLES = 2_000_000
 MAX_SCENE_BYTES = 256 * 1024 * 1024
 HEARTBEAT_S = 1.0  # a frozen worker is found within the timeout: 3 beats
+# uploaded scenes (signaling/scene_store.py): kept a week, 1 GiB and 20 scenes per owner
+SCENE_RETENTION_S = 7 * 24 * 3600.0
+MAX_SCENE_RETENTION_S = 366 * 24 * 3600.0
+SCENE_QUOTA_BYTES = 1024**3
+MAX_SCENES_PER_OWNER = 20
 DRAIN_TIMEOUT_S = 100.0  # a worker's drain: inside a spot VM's two-minute notice
 
 
@@ -216,6 +222,12 @@ class ServerConfig:
     trusted_proxies: tuple[str, ...] = ()
     tls_cert: Path | None = None  # HTTPS and wss:// without a proxy: a PEM chain and its key
     tls_key: Path | None = None
+    # designers' uploads (signaling/scene_api.py), each at most `max_scene_bytes`; None: no
+    # uploads (the command line always gives a folder: default_scene_dir())
+    scene_dir: Path | None = None
+    scene_retention_s: float = SCENE_RETENTION_S
+    scene_quota_bytes: int = SCENE_QUOTA_BYTES  # all of one owner's scenes together
+    max_scenes_per_owner: int = MAX_SCENES_PER_OWNER
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -247,6 +259,22 @@ class ServerConfig:
             if not re.fullmatch(r"(stun|stuns|turn|turns):\S+", url):
                 raise ConfigError(f"ICE server {url!r} is not a stun:/turn: URL")
         self._check_connection_limits()
+        self._check_scene_limits()
+
+    def _check_scene_limits(self) -> None:
+        if not (1 <= self.max_scene_bytes <= 1 << 40):
+            raise ConfigError(f"max scene bytes {self.max_scene_bytes} is outside 1..2^40")
+        if not (1 <= self.scene_retention_s <= MAX_SCENE_RETENTION_S):
+            raise ConfigError(
+                f"scene retention {self.scene_retention_s:g}s is outside "
+                f"1..{MAX_SCENE_RETENTION_S:.0f} (a year)"
+            )
+        if not (1 <= self.scene_quota_bytes <= 1 << 50):
+            raise ConfigError(f"scene quota {self.scene_quota_bytes} bytes is outside 1..2^50")
+        if not (1 <= self.max_scenes_per_owner <= 10_000):
+            raise ConfigError(
+                f"max scenes per owner {self.max_scenes_per_owner} is outside 1..10000"
+            )
 
     def _check_connection_limits(self) -> None:
         if not (0.1 <= self.header_timeout_s <= 3600):
@@ -326,6 +354,19 @@ class WorkerConfig:
             raise ConfigError(f"preemption poll {self.preemption_poll_s}s is outside 0.1..3600")
         if not (0 <= self.metrics_port <= 65535):
             raise ConfigError(f"metrics port {self.metrics_port} is outside 0..65535")
+
+
+def default_scene_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where uploads are kept unless told: $XDG_STATE_HOME/render-server/scenes, else
+    ~/.local/state/render-server/scenes (a user's state, kept across restarts)."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME")
+    if not state or not os.path.isabs(state):  # the spec: a relative value is ignored
+        try:
+            state = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no home (a container's arbitrary user): a folder of its own
+            state = str(Path(tempfile.gettempdir()) / f"render-server-{os.getuid()}")
+    return Path(state) / "render-server" / "scenes"
 
 
 def check_processes(processes: int, slots: int) -> None:

@@ -24,6 +24,15 @@ class Metrics:
             registry=r,
         )
         self.connections = Gauge("signaling_connections", "Open signaling sockets", registry=r)
+        self.scene_uploads = Counter(
+            "signaling_scene_uploads",
+            "Scene uploads (POST /api/scenes), by outcome: stored, too_large, refused (not a "
+            "model, or a broken or unsafe one), unsupported_type, over_quota, too_many_scenes, "
+            "busy (too many of the owner's at once), broken (the body broke off or stalled), "
+            "unavailable (the scene folder did not answer)",
+            ["outcome"],
+            registry=r,
+        )
         self.sessions_started = Counter("sessions_started", "Sessions started", registry=r)
         self.claims = Counter("scheduler_claims", "Slots claimed at once for a session", registry=r)
         self.queued = Counter(
@@ -62,6 +71,13 @@ class Metrics:
         )
         self.input_rejected = Counter(
             "worker_input_rejected", "Input messages rejected, by error code", ["code"], registry=r
+        )
+        self.scene_loads = Counter(
+            "worker_scene_loads",
+            "Uploaded scenes a session asked for (loadScene), by outcome: loaded, refused "
+            "(the ticket or the file), failed (could not be fetched)",
+            ["outcome"],
+            registry=r,
         )
 
         self.frame_stage_seconds = Histogram(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .processes import run
 
+SCENE_OPTIONS = ("--scene-dir", "--scene-retention", "--scene-quota", "--max-scenes-per-owner")
+
 
 def test_help_documents_every_command_and_option() -> None:
     top = run("--help")
@@ -34,8 +36,13 @@ def test_help_documents_every_command_and_option() -> None:
         "--max-triangles",
         "--max-scene-bytes",
         "--animate",
+        *SCENE_OPTIONS,
     ):
         assert option in serve.stdout, option
+    signaling = run("signaling", "--help")
+    assert signaling.returncode == 0
+    for option in (*SCENE_OPTIONS, "--max-scene-bytes"):
+        assert option in signaling.stdout, option
 
 
 def test_bad_scene_files_are_clear_errors_at_start(tmp_path: Path) -> None:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from render_server.cli.main import build_parser
@@ -8,6 +10,7 @@ from render_server.config import (
     ServerConfig,
     StreamConfig,
     default_bitrate,
+    default_scene_dir,
 )
 
 
@@ -53,3 +56,47 @@ def test_cli_and_environment_go_through_the_config(monkeypatch: pytest.MonkeyPat
     assert config.allowed_origins == ("https://app.example",)
     args = build_parser().parse_args(["serve", "--port", "9002"])
     assert server_config(args).port == 9002  # the flag wins over the environment
+
+
+def test_the_scene_options_reach_the_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RENDER_SERVER_SCENE_DIR", str(tmp_path / "from-env"))
+    args = build_parser().parse_args(
+        ["signaling", "--scene-retention", "3600", "--scene-quota", "5000000",
+         "--max-scenes-per-owner", "3", "--max-scene-bytes", "1000000"]
+    )  # fmt: skip
+    config = server_config(args, embedded_worker=False)
+    assert config.scene_dir == tmp_path / "from-env"
+    assert (config.scene_retention_s, config.scene_quota_bytes) == (3600, 5_000_000)
+    assert (config.max_scenes_per_owner, config.max_scene_bytes) == (3, 1_000_000)
+    args = build_parser().parse_args(["serve", "--scene-dir", "/srv/scenes", "--max-scene-bytes",
+                                      "2000"])  # fmt: skip
+    config = server_config(args)
+    assert config.scene_dir == Path("/srv/scenes") and config.max_scene_bytes == 2000
+    monkeypatch.delenv("RENDER_SERVER_SCENE_DIR")
+    defaults = server_config(build_parser().parse_args(["serve"]))
+    assert defaults.scene_dir == default_scene_dir()
+    assert (defaults.scene_retention_s, defaults.scene_quota_bytes) == (7 * 86400, 1024**3)
+    assert defaults.max_scenes_per_owner == 20
+
+
+def test_the_default_scene_folder_is_the_users_state() -> None:
+    state = default_scene_dir({"XDG_STATE_HOME": "/var/lib/me"})
+    assert state == Path("/var/lib/me/render-server/scenes")
+    home = default_scene_dir({"XDG_STATE_HOME": "relative/ignored"})
+    assert home == Path.home() / ".local/state/render-server/scenes"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"scene_retention_s": 0},
+        {"scene_quota_bytes": 0},
+        {"max_scenes_per_owner": 0},
+        {"max_scene_bytes": 0},
+    ],
+)
+def test_bad_scene_limits_are_errors(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        ServerConfig(**bad)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from render_server.cli.option_values import (
     read_secret,
     signaling_urls,
 )
+from render_server.cli.scene_options import scene_fields
 from render_server.config import (
     ENCODERS,
     LOG_FORMATS,
@@ -393,6 +394,7 @@ def server_config(args: argparse.Namespace, embedded_worker: bool = True) -> Ser
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         **worker,
+        **scene_fields(args, with_max_bytes=not embedded_worker),
     )
 
 

@@ -14,6 +14,7 @@ from render_server.cli.options import (
     signaling_options,
     stream_options,
 )
+from render_server.cli.scene_options import scene_options
 
 
 def add_serve(sub: SubParsers) -> None:
@@ -27,6 +28,7 @@ def add_serve(sub: SubParsers) -> None:
     )
     signaling_options(p, "127.0.0.1")
     auth_options(p)
+    scene_options(p, with_max_bytes=False)  # --max-scene-bytes is among the worker's
     stream_options(p)
     log_options(p)
     p.set_defaults(func=_run, embedded=True)
@@ -43,6 +45,7 @@ def add_signaling(sub: SubParsers) -> None:
     )
     signaling_options(p, "0.0.0.0")
     auth_options(p)
+    scene_options(p, with_max_bytes=True)
     log_options(p)
     p.set_defaults(func=_run, embedded=False)
 

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from render_server.protocol.wire import MAX_MESSAGE_BYTES, SUBPROTOCOL
 from render_server.protocol.worker import CloseSession
-from render_server.signaling import health, pages, rest
+from render_server.signaling import health, pages, rest, scene_api
 from render_server.signaling.auth import BROWSER_ROLES, Identity, Role
 from render_server.signaling.browser_socket import BrowserConnection
 from render_server.signaling.context import SignalingContext
@@ -27,6 +27,7 @@ from render_server.signaling.edge import (
 from render_server.signaling.faults import is_outage
 from render_server.signaling.relay import publish_assignments, tell_lost
 from render_server.signaling.request_guard import request_guard
+from render_server.signaling.scene_api import SceneService, open_scene_service
 from render_server.signaling.session_table import SessionTable
 from render_server.signaling.worker_socket import GOING_AWAY, WorkerSocket
 
@@ -149,8 +150,13 @@ async def _stop_background(app: web.Application) -> None:
     await app[CONTEXT_KEY].close()
 
 
-def create_app(ctx: SignalingContext) -> web.Application:
-    # outermost first: every answer gets the security headers, refusals of the guard included
+def create_app(ctx: SignalingContext, scenes: SceneService | None = None) -> web.Application:
+    """The replica's app; `scenes`: its store of uploaded scenes, opened from the config
+    (`--scene-dir`) when not given (ConfigError for a folder that cannot be used)."""
+    if scenes is None:
+        scenes = open_scene_service(ctx.config, ctx.auth)
+    # outermost first: every answer gets the security headers, refusals of the guard included;
+    # the body limit is for bodies read whole: an upload streams (signaling/scene_api.py)
     app = web.Application(
         middlewares=[pages.security_headers, request_guard], client_max_size=64 * 1024
     )
@@ -171,6 +177,7 @@ def create_app(ctx: SignalingContext) -> web.Application:
     app.router.add_delete("/api/sessions/{session_id:[0-9a-f]{32}}", rest.delete_session)
     app.router.add_get("/api/workers", rest.list_workers)
     app.router.add_post("/api/workers/{workerId}/drain", rest.drain_worker)
+    scene_api.install(app, scenes)
     app.router.add_get("/api/openapi.json", rest.openapi)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)

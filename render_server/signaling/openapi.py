@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from render_server import __version__
+from render_server.signaling.openapi_scenes import SCENE_PATHS, SCENE_SCHEMAS
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SESSION_PATH = "/api/sessions/{sessionId}"
@@ -37,8 +38,9 @@ OPENAPI: dict[str, Any] = {
         "inspects sessions and workers. Send tokens as `Authorization: Bearer <JWT>`. "
         "Roles: a controller or viewer token creates sessions and reads its subject's; ending "
         "one takes its owner's controller token; an admin token reads and ends any session and "
-        "lists workers (it opens no socket). While the shared state (Redis) does not answer, "
-        "any call answers 503 `unavailable` with `Retry-After`.",
+        "lists workers (it opens no socket). Designers upload their own models to /api/scenes "
+        "(errors there carry `code` and `message` under `error` too). While the shared state "
+        "(Redis) does not answer, any call answers 503 `unavailable` with `Retry-After`.",
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
@@ -277,3 +279,7 @@ OPENAPI: dict[str, Any] = {
         },
     },
 }
+
+# the uploaded scenes' routes and schemas (signaling/openapi_scenes.py)
+OPENAPI["paths"].update(SCENE_PATHS)
+OPENAPI["components"]["schemas"].update(SCENE_SCHEMAS)
