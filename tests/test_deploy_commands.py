@@ -1,7 +1,8 @@
 """The manifests' command lines run: the signaling and CPU worker containers of deploy/k8s are
 started with their rendered arguments and environment (`$(VAR)` expanded as the kubelet does),
 only the cluster's names swapped for this machine's (the Redis and signaling Services, the
-ports, the mounted secret's path); their probes answer where the manifests look, the worker
+ports, the mounted secret's and scene volume's paths); their probes answer where the manifests
+look, signaling keeps uploads in the folder the scene volume is mounted at, the worker
 registers, the preStop hook drains it and every process exits 0. The GPU worker's line is
 parsed (it cannot run without a GPU)."""
 
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SECRETS_DIR = "/etc/render-server/secrets"
+SCENES_DIR = "/var/lib/render-server/scenes"  # the scene volume's mount (a ReadWriteMany claim)
 
 
 def environment(docs: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, str]:
@@ -103,14 +105,21 @@ def test_the_signaling_and_worker_containers_run_and_drain(tmp_path: Path) -> No
     signaling_spec = container(docs, "render-server-signaling")
     worker_spec = container(docs, "render-server-worker")
     signaling_port, status_port = free_port(), free_port()
+    mounts = {m["mountPath"] for m in signaling_spec["volumeMounts"]}
+    assert {SECRETS_DIR, SCENES_DIR} <= mounts, mounts
+    scenes = tmp_path / "scenes"
     with redis_server() as redis:
         swaps = {
             "redis://render-server-redis:6379/0": redis,
             "ws://render-server-signaling:8080/worker": f"ws://127.0.0.1:{signaling_port}/worker",
             SECRETS_DIR: str(secrets),
+            SCENES_DIR: str(scenes),
         }
-        env = environment(docs, signaling_spec)
+        env = {k: here([v], swaps)[0] for k, v in environment(docs, signaling_spec).items()}
         args = here(expand(signaling_spec["args"], env), swaps)
+        # no path of the cluster's is left to be made or written on this machine
+        for value in [*args, *env.values()]:
+            assert not value.startswith("/") or value.startswith(str(tmp_path)), value
         assert after(args, "--host") == "0.0.0.0"
         args[args.index("--port") + 1] = str(signaling_port)
         args[args.index("--host") + 1] = "127.0.0.1"  # the test's own loopback, not every address
@@ -121,6 +130,7 @@ def test_the_signaling_and_worker_containers_run_and_drain(tmp_path: Path) -> No
             answers(
                 f"http://127.0.0.1:{signaling_port}{probe}", signaling, tmp_path / "signaling.log"
             )
+            assert scenes.is_dir()  # its uploads' folder: the volume's mount (swapped here)
             env = environment(docs, worker_spec)
             args = here(expand(worker_spec["args"], env), swaps)
             assert after(args, "--worker-id") == "render-server-worker-7d9f8-x2x4q"

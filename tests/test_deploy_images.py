@@ -2,7 +2,9 @@
 Python snippets and their entrypoint and command, with --help); the Compose file is accepted by
 Debian's docker-compose and its render-server commands parse; Prometheus's configuration passes
 promtool, and every query of the Grafana dashboard parses (promtool) and names metrics the
-server exports. No Docker engine runs here: images are not built."""
+server exports; uploads go to one volume both replicas mount, made in the images for the
+non-root user, and nginx streams them up to --max-scene-bytes while other bodies stay small.
+No Docker engine runs here: images are not built."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from .deploy_manifests import ROOT, documents, kubectl, one, prepared_tree, rend
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
 COMPOSE = DOCKER / "compose.yaml"
+NGINX = DOCKER / "nginx.conf"
+SCENE_DIR = "/var/lib/render-server/scenes"
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "render-server.json"
 
 
@@ -99,6 +103,20 @@ def test_the_images_command_and_build_snippets_run(dockerfile: Path) -> None:
         assert (ROOT / (module.replace(".", "/") + ".py")).exists(), module
 
 
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.signaling"])
+def test_the_images_that_take_uploads_make_the_scene_folder_for_their_user(name: str) -> None:
+    stage = final_stage(DOCKER / name)
+    (user,) = re.findall(r"^USER (\S+)$", stage, re.M)
+    made = re.search(r"useradd .*--uid (\d+) .*?--gid (\S+) .*?(\w+)\s*(?:&&|$)", stage)
+    assert made is not None and made.group(1) == user, stage
+    group = re.search(rf"groupadd .*--gid (\d+) {made.group(2)}\b", stage)
+    assert group is not None, "the user's group has a fixed id (the pods' runAsGroup/fsGroup)"
+    # a folder of the user's own: a fresh named volume mounted there takes its owner
+    owner = made.group(3)
+    assert re.search(rf"install -d -o {owner} -g {made.group(2)} -m 07\d0 {SCENE_DIR}\b", stage)
+    assert re.search(rf"^ENV .*\bRENDER_SERVER_SCENE_DIR={SCENE_DIR}\b", stage, re.M), name
+
+
 def compose_config(
     *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -135,9 +153,73 @@ def test_docker_compose_accepts_the_stack_and_its_commands_parse() -> None:
     conf = (DOCKER / "nginx.conf").read_text()
     assert "server signaling-1:8080" in conf and "server signaling-2:8080" in conf
     assert "proxy_set_header Upgrade $http_upgrade" in conf
+    # uploads: one named volume both replicas mount where their --scene-dir points; the
+    # workers fetch files over HTTP and mount nothing
+    assert "scenes" in config["volumes"]
+    for name in ("signaling-1", "signaling-2"):
+        args = build_parser().parse_args(services[name]["command"])
+        mounts = [volume_mount(v) for v in services[name].get("volumes", [])]
+        assert ("scenes", str(args.scene_dir)) in mounts, (name, mounts)
+        assert str(args.scene_dir) == SCENE_DIR  # the folder the image makes for its user
+        assert args.max_scene_bytes <= nginx_limits()["/api/scenes"], name
+    for name in ("worker-gpu", "worker-cpu"):
+        assert not services[name].get("volumes"), name
     # the TURN URLs need the host's public address: no silent default
     missing = compose_config(env={"PUBLIC_HOST": ""})
     assert missing.returncode != 0 and "PUBLIC_HOST" in missing.stderr
+
+
+def volume_mount(volume: str | dict[str, Any]) -> tuple[str, str]:
+    """(source, target) of a service's volume, in either of Compose's spellings."""
+    if isinstance(volume, dict):
+        return volume.get("source", ""), volume["target"]
+    source, target = volume.split(":")[:2]
+    return source, target
+
+
+SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def nginx_blocks() -> dict[str, str]:
+    """nginx.conf's server block (key "") and each location's text (by its path), comments
+    dropped."""
+    text = re.sub(r"#[^\n]*", "", NGINX.read_text())
+    server = text[text.index("server {") :]
+    blocks = dict(re.findall(r"location\s+(\S+)\s*\{([^}]*)\}", server))
+    blocks[""] = re.sub(r"location\s+\S+\s*\{[^}]*\}", "", server)
+    return blocks
+
+
+def nginx_limits() -> dict[str, int]:
+    """Each location's client_max_body_size in bytes (the server's where it sets none)."""
+    blocks = nginx_blocks()
+
+    def limit(text: str) -> int | None:
+        found = re.search(r"client_max_body_size\s+(\d+)([kmg]?);", text, re.I)
+        return None if found is None else int(found.group(1)) * SIZE_UNITS[found.group(2).lower()]
+
+    server = limit(blocks.pop(""))
+    assert server is not None
+    return {path: limit(text) or server for path, text in blocks.items()}
+
+
+def test_nginx_streams_uploads_to_the_replicas_and_keeps_other_bodies_small() -> None:
+    blocks = nginx_blocks()
+    limits = nginx_limits()
+    uploads = blocks["/api/scenes"]
+    assert limits["/api/scenes"] == 256 * 1024**2
+    assert build_parser().parse_args(["signaling"]).max_scene_bytes <= limits["/api/scenes"]
+    assert all(size <= 1024**2 for path, size in limits.items() if path != "/api/scenes")
+    # streamed as it arrives (HTTP/1.1 to the replica: a chunked body too), not spooled
+    assert re.search(r"proxy_request_buffering\s+off;", uploads)
+    assert re.search(r"proxy_http_version\s+1\.1;", uploads)
+    assert re.search(r"proxy_pass\s+http://signaling;", uploads)
+    # a big upload on a slow link is not cut off
+    for directive, at_least in (("client_body_timeout", 60), ("proxy_read_timeout", 300),
+                                ("proxy_send_timeout", 300)):  # fmt: skip
+        found = re.search(rf"{directive}\s+(\d+)s;", uploads)
+        assert found is not None and int(found.group(1)) >= at_least, directive
+    assert "X-Forwarded-For $proxy_add_x_forwarded_for" in uploads  # --trusted-proxy reads it
 
 
 def test_prometheus_scrapes_every_replica_and_worker() -> None:

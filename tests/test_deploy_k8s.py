@@ -1,8 +1,10 @@
 """deploy/k8s: every overlay renders with the real `kubectl kustomize`, validates against the
 Kubernetes schemas (kubernetes-validate, strict), and holds the facts that matter: the GPU
 request, probes on the right ports, a preStop drain inside a grace period longer than the drain,
-secrets only from Secrets, non-root pods, Redis reachable from signaling alone, and an
-autoscaling query that divides by the slots the workers really have."""
+secrets only from Secrets, non-root pods, Redis reachable from signaling alone, an
+autoscaling query that divides by the slots the workers really have, and uploads kept on one
+ReadWriteMany volume every signaling replica shares, reached through an Ingress that streams
+bodies up to --max-scene-bytes."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+
+from render_server.cli.main import build_parser
 
 from .deploy_manifests import (
     OVERLAYS,
@@ -283,3 +287,74 @@ def test_coturn_shares_signalings_turn_secret_on_the_host_network(
     urls = option(container(docs, SIGNALING)["args"], "--turn-url")
     port = listening[0].split("=")[1]
     assert urls and all(f":{port}?transport=" in u for u in urls), urls
+
+
+SCENES_CLAIM = "render-server-scenes"
+SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def nginx_size(text: str) -> int:
+    """An nginx size (`64k`, `256m`) in bytes."""
+    number, unit = re.fullmatch(r"(\d+)([kmg]?)", text.lower()).groups()  # type: ignore[union-attr]
+    return int(number) * SIZE_UNITS[unit]
+
+
+def test_signaling_replicas_share_the_scene_folder_on_a_read_write_many_claim(
+    rendered: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, docs in rendered.items():
+        claim = one(docs, "PersistentVolumeClaim", SCENES_CLAIM)
+        # every replica (up to the HPA's maximum, on any node) mounts it read-write at once
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"], name
+        assert claim["spec"]["resources"]["requests"]["storage"], name
+        spec = one(docs, "Deployment", SIGNALING)["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert volume["persistentVolumeClaim"] == {"claimName": SCENES_CLAIM}, name
+        signaling = container(docs, SIGNALING)
+        (mount,) = [m for m in signaling["volumeMounts"] if m["name"] == volume["name"]]
+        assert not mount.get("readOnly"), name
+        # the folder the replica keeps uploads in is the mounted one (the option or its variable)
+        env = {e["name"]: e.get("value") for e in signaling["env"]}
+        monkeypatch.delenv("RENDER_SERVER_SCENE_DIR", raising=False)
+        if "RENDER_SERVER_SCENE_DIR" in env:
+            monkeypatch.setenv("RENDER_SERVER_SCENE_DIR", env["RENDER_SERVER_SCENE_DIR"])
+        args = build_parser().parse_args(signaling["args"])
+        assert args.scene_dir == Path(mount["mountPath"]), (name, args.scene_dir)
+        # writable by the non-root user: the volume is given the pod's group
+        pod = spec["securityContext"]
+        assert pod["fsGroup"] == pod["runAsGroup"] > 0, name
+        # workers fetch the files over HTTP: no other pod mounts the claim
+        for deployment, other in pod_specs(docs):
+            claims = [v for v in other.get("volumes", []) if "persistentVolumeClaim" in v]
+            assert deployment == SIGNALING or not claims, (name, deployment)
+
+
+def test_the_ingress_streams_uploads_and_keeps_other_bodies_small(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for name, docs in rendered.items():
+        by_path = {
+            path["path"]: ingress
+            for ingress in of_kind(docs, "Ingress")
+            for rule in ingress["spec"]["rules"]
+            for path in rule["http"]["paths"]
+        }
+        site, uploads = by_path["/"], by_path["/api/scenes"]
+        assert site is not uploads, "annotations apply per Ingress: uploads need their own"
+        notes = uploads["metadata"]["annotations"]
+        limit = nginx_size(notes["nginx.ingress.kubernetes.io/proxy-body-size"])
+        assert notes["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "off", name
+        assert int(notes["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 300, name
+        # the largest upload signaling takes passes the controller; other routes stay small
+        args = build_parser().parse_args(container(docs, SIGNALING)["args"])
+        assert limit >= args.max_scene_bytes == 256 * 1024**2, (name, limit)
+        small = site["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"]
+        assert nginx_size(small) <= 1024**2, (name, small)
+        # the same host, certificate and Service as the rest of the site
+        assert uploads["spec"]["tls"] == site["spec"]["tls"], name
+        assert uploads["spec"]["ingressClassName"] == site["spec"]["ingressClassName"]
+        (rule,) = uploads["spec"]["rules"]
+        assert rule["host"] == site["spec"]["rules"][0]["host"], name
+        (path,) = rule["http"]["paths"]
+        assert path["pathType"] == "Prefix", name
+        assert path["backend"] == site["spec"]["rules"][0]["http"]["paths"][0]["backend"], name
