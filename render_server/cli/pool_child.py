@@ -79,7 +79,10 @@ async def serve_child(fd: int) -> None:
 
     metrics = Metrics()
     config = replace(config, slots=setup["slots"], processes=1)
-    worker = await start_local_worker(setup["worker_id"], config, metrics, setup.get("scene"))
+    worker = await start_local_worker(
+        setup["worker_id"], config, metrics, setup.get("scene"),
+        scene_source=setup.get("scene_source"),
+    )  # fmt: skip
 
     async def send(message: SessionReply | WorkerNotice) -> None:
         if writer.is_closing():  # the parent is gone: nobody to tell

@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Coroutine
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
@@ -30,8 +31,10 @@ from render_server.signaling.connection_limits import ConnectionLimits, listen
 from render_server.signaling.context import connect_context
 from render_server.signaling.edge import CONTEXT_KEY
 from render_server.signaling.local_worker_link import LocalWorkerLink
+from render_server.signaling.scene_api import open_scene_service
 from render_server.signaling.tls import server_context
 from render_server.signals import on_stop_signals
+from render_server.stream.scene_fetch import SceneFetcher, SceneSource
 from render_server.worker.agent import WorkerAgent
 from render_server.worker.embedded import EmbeddedWorker
 from render_server.worker.lifecycle import serve_worker
@@ -57,8 +60,20 @@ def load_configured_scene(config: ServerConfig | WorkerConfig) -> Scene:
     """The scene named by the config, or the default one; SceneError says what is wrong."""
     if config.scene is None:
         return default_scene()
-    limits = SceneLimits(max_triangles=config.max_scene_triangles, max_bytes=config.max_scene_bytes)
-    return load_scene(config.scene, limits)
+    return load_scene(config.scene, scene_limits(config))
+
+
+def scene_limits(config: ServerConfig | WorkerConfig) -> SceneLimits:
+    return SceneLimits(max_triangles=config.max_scene_triangles, max_bytes=config.max_scene_bytes)
+
+
+def signaling_http_url(signaling_url: str) -> str:
+    """Signaling's HTTP base from a worker's `--signaling` URL (ws://host:port/worker)."""
+    parts = urlsplit(signaling_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    path = parts.path.rstrip("/")
+    base = path[: -len("/worker")] if path.endswith("/worker") else ""  # behind a path prefix
+    return urlunsplit((scheme, parts.netloc, base, "", ""))
 
 
 async def start_local_worker(
@@ -67,16 +82,19 @@ async def start_local_worker(
     metrics: Metrics,
     scene: Scene | None = None,
     backends: Backends | None = None,
+    scene_source: SceneSource | None = None,
 ) -> LocalWorker:
     """A worker of this process, warmed up: renderer compiled, an encoder opened once.
-    `backends` default to what the stream options ask for, resolved on this machine."""
+    `backends` default to what the stream options ask for, resolved on this machine;
+    `scene_source`: where its sessions read uploaded scenes (None: loadScene is refused)."""
     if scene is None:
         scene = load_configured_scene(config)
     stream = config.stream
     if backends is None:
         backends = choose_backends(stream.renderer, stream.encoder, nvenc_input=stream.nvenc_input)
+    fetcher = None if scene_source is None else SceneFetcher(scene_source, scene_limits(config))
     worker = LocalWorker(
-        worker_id, scene, stream, config.slots, metrics, config.ice_servers, backends
+        worker_id, scene, stream, config.slots, metrics, config.ice_servers, backends, fetcher
     )
     # numba compiles the renderer on the very first start (seconds), then loads it from its cache
     log.info("worker.warming_up", extra={"worker": worker.worker_id})
@@ -102,12 +120,14 @@ async def start_worker(
     metrics: Metrics,
     scene: Scene | None = None,
     backends: Backends | None = None,
+    scene_source: SceneSource | None = None,
 ) -> tuple[LocalWorker, WorkerPool | None]:
     """The worker of this process: warmed up here (`--processes 1`), or serving from child
     processes that are started and warmed up now; then this process's LocalWorker only says
     what the worker is (capabilities, slots) and holds the merged metrics."""
     if config.processes <= 1:
-        return await start_local_worker(worker_id, config, metrics, scene, backends), None
+        worker = await start_local_worker(worker_id, config, metrics, scene, backends, scene_source)
+        return worker, None
     if scene is None:
         scene = load_configured_scene(config)  # a scene that cannot load stops the start here
     stream = config.stream
@@ -122,6 +142,7 @@ async def start_worker(
         "log_level": logging.getLevelName(logging.getLogger().level),
         # a scene given in code (tests) travels; a configured one is loaded by each child
         "scene": scene if config.scene is None else None,
+        "scene_source": scene_source,
     }
     command = (sys.executable, "-m", "render_server.cli.pool_child")
     pool = WorkerPool(command, setup, config.slots, config.processes)
@@ -163,11 +184,18 @@ async def build_app(
     """
     metrics = Metrics()
     worker, pool = None, None
+    # the upload folder first: the embedded worker reads it, checking tickets with its key
+    scenes = open_scene_service(
+        config, Authenticator(load_keys(config.secret, config.key_file), config.auth_required)
+    )
     if config.embedded_worker:  # first: a scene or backend that cannot work stops the start
         worker_id = f"local-{socket.gethostname()}"
-        worker, pool = await start_worker(worker_id, config, metrics, scene, backends)
+        source = None
+        if scenes is not None:
+            source = SceneSource(folder=scenes.store.root, ticket_key=scenes.ticket_key)
+        worker, pool = await start_worker(worker_id, config, metrics, scene, backends, source)
     ctx = await connect_context(config, metrics)
-    app = create_app(ctx)
+    app = create_app(ctx, scenes)
     if worker is not None:
         link = LocalWorkerLink(ctx)  # the worker reaches this replica in process, not by socket
         embedded = EmbeddedWorker(
@@ -225,7 +253,9 @@ async def run_worker(config: WorkerConfig) -> None:
     if token is None and (config.secret or config.key_file):
         keys = load_keys(config.secret, config.key_file)
         token = Authenticator(keys).mint("worker", worker_id, SELF_MINTED_TOKEN_TTL_S)
-    worker, pool = await start_worker(worker_id, config, Metrics())
+    # uploaded scenes come from the first signaling URL: every replica shares the scene folder
+    source = SceneSource(url=signaling_http_url(config.signaling_urls[0]), token=token)
+    worker, pool = await start_worker(worker_id, config, Metrics(), scene_source=source)
     settle_heap()
     agent = WorkerAgent(
         worker, config.signaling_urls, token, config.heartbeat_s, config.labels, config.region,

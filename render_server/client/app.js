@@ -1,6 +1,7 @@
 // The designer page: a full-window stream with a toolbar (quality, bitrate cap, mouse capture,
 // stats, fullscreen) and a stats panel. Everything stream-related lives in the SDK.
 import { NO_BITRATE_CAP, RenderStream, STAGES, State, parseSize } from './render-stream.js';
+import { MODEL_ACCEPT } from './scene-upload.js';
 import { showStatus } from './status.js';
 
 const $ = (id) => document.getElementById(id);
@@ -134,6 +135,49 @@ stage.addEventListener('pointerlockchange', ({ detail }) => {
   document.body.classList.toggle('locked', detail.locked);
   $('lock').textContent = detail.locked ? 'Esc releases the mouse' : 'Capture mouse';
   if (stream.state === State.STREAMING) showStatus(streamingStatus(detail.locked));
+});
+
+// -- the designer's own model: chosen or dropped, uploaded, then streamed -------------------------
+
+function showSceneStatus(text, error = false) {
+  const status = $('scene-status');
+  status.textContent = text;
+  status.classList.toggle('hidden', !text);
+  status.classList.toggle('error', error);
+}
+
+async function openModel(file) {
+  if (!file) return;
+  const name = file.name;
+  try {
+    const shown = await stream.loadScene(file, {
+      onProgress: ({ phase, fraction }) => showSceneStatus(phase === 'upload'
+        ? `Uploading ${name}… ${Math.round((fraction || 0) * 100)} %` : `Loading ${name}…`),
+    });
+    showSceneStatus(`${name}: ${shown.triangles.toLocaleString('en')} triangles`);
+    setTimeout(() => { if ($('scene-status').textContent.startsWith(`${name}:`)) showSceneStatus(''); }, 5000);
+  } catch (error) {
+    showSceneStatus(`${name} was not opened: ${error.message}`, true);
+  }
+  stage.focus({ preventScroll: true });
+}
+
+$('model-file').accept = MODEL_ACCEPT;
+$('open-model').addEventListener('click', () => $('model-file').click());
+$('model-file').addEventListener('change', () => {
+  openModel($('model-file').files[0]);
+  $('model-file').value = '';  // the same file chosen again opens again
+});
+stage.addEventListener('dragover', (event) => {
+  if (!event.dataTransfer?.types.includes('Files')) return;
+  event.preventDefault();
+  stage.classList.add('drop-target');
+});
+stage.addEventListener('dragleave', () => stage.classList.remove('drop-target'));
+stage.addEventListener('drop', (event) => {
+  event.preventDefault();
+  stage.classList.remove('drop-target');
+  openModel(event.dataTransfer?.files[0]);
 });
 
 $('toggle-stats').addEventListener('click', () => {

@@ -70,6 +70,23 @@ async function handle(message) {
       }
       break;
     }
+    case 'loadScene': {
+      // the parent's File or Blob (postMessage clones it); progress and outcome carry the id
+      const id = message.id;
+      try {
+        if (!stream) throw Object.assign(new Error('not connected'), { code: 'not_connected' });
+        if (!(message.file instanceof Blob)) throw Object.assign(new Error('`file` must be a File or Blob'), { code: 'bad_message' });
+        const file = message.file instanceof File ? message.file
+          : new File([message.file], String(message.name || 'model.glb'));
+        const shown = await stream.loadScene(file, {
+          onProgress: (progress) => post({ type: 'sceneProgress', id, ...progress }),
+        });
+        post({ type: 'result', id, value: { id: shown.id, triangles: shown.triangles, objects: shown.objects } });
+      } catch (error) {
+        post({ type: 'error', id, code: error.code || 'failed', message: error.message });
+      }
+      break;
+    }
     case 'quality':
       stream?.setQuality(message.quality ?? null).catch(() => {});
       break;

@@ -1,12 +1,13 @@
 // <render-stream server="https://render.example" token="…"></render-stream>: the stream in one
 // line of HTML. Attributes: server, token, quality ("window", or "1280x720"), max-kbps,
 // codecs ("VP8,H264": the codecs it may arrive in, best first), pointer-lock (boolean),
-// no-input (boolean). The element re-dispatches the stream's events
+// no-input (boolean), accept-models (boolean: a model file dropped on it is opened, as
+// `loadScene` does). The element re-dispatches the stream's events
 // (state, queue, stats, quality, error, message) and exposes the stream as `.stream`.
 
 import { RenderStream, parseSize } from './render-stream.js';
 
-const FORWARDED = ['state', 'queue', 'stats', 'quality', 'error', 'message'];
+const FORWARDED = ['state', 'queue', 'stats', 'quality', 'error', 'message', 'sceneprogress'];
 
 function parseQuality(text, maxKbps) {
   if (text === 'window') return 'window';
@@ -39,6 +40,29 @@ export class RenderStreamElement extends HTMLElement {
       });
     }
     this.stream.start().catch(() => {});  // failures arrive as `state` and `error` events
+    if (!this._dropWired) {
+      this._dropWired = true;
+      this.addEventListener('dragover', (event) => {
+        if (this.hasAttribute('accept-models') && event.dataTransfer?.types.includes('Files')) event.preventDefault();
+      });
+      this.addEventListener('drop', (event) => {
+        if (!this.hasAttribute('accept-models')) return;
+        event.preventDefault();
+        const file = event.dataTransfer?.files[0];
+        // the outcome arrives as a `scene` event: {file, id, triangles} or {file, error}
+        if (file) {
+          this.loadScene(file).then(
+            (shown) => this.dispatchEvent(new CustomEvent('scene', { detail: { file: file.name, ...shown } })),
+            (error) => this.dispatchEvent(new CustomEvent('scene', { detail: { file: file.name, error: { code: error.code, message: error.message } } })),
+          );
+        }
+      });
+    }
+  }
+
+  /** Opens the designer's own model in the stream (RenderStream.loadScene). */
+  loadScene(file, options) {
+    return this.stream ? this.stream.loadScene(file, options) : Promise.reject(new Error('not in the document'));
   }
 
   disconnectedCallback() {

@@ -250,6 +250,28 @@ export type InputEvent =
   | { type: 'gamepad'; axes: number[]; buttons: number[] }
   | { type: 'blur' };
 
+export interface SceneProgress {
+  phase: 'upload' | 'loading';
+  /** Of the upload sent (0..1); null while loading. */
+  fraction: number | null;
+}
+
+export interface LoadedScene {
+  id: string;
+  name: string;
+  kind: 'glb' | 'gltf' | 'obj' | 'zip';
+  bytes: number;
+  ticket: string;
+  triangles: number;
+  objects: number;
+}
+
+/** An upload the server refused or that failed (`code`: the server's, or bad_file, network, aborted). */
+export declare class UploadError extends Error {
+  readonly code: string;
+  readonly status: number;
+}
+
 export declare class RenderStream extends EventTarget {
   /** Connects `element` and resolves once the first frame plays. */
   static connect(element: HTMLElement, options?: RenderStreamOptions): Promise<RenderStream>;
@@ -281,8 +303,12 @@ export declare class RenderStream extends EventTarget {
   latency(): StreamLatency;
   setQuality(quality: Quality | 'window' | null): Promise<AppliedQuality>;
   requestKeyframe(): boolean;
-  /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay). */
+  /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay, loadScene). */
   command<T = unknown>(name: string, args?: Record<string, unknown>): Promise<T>;
+  /** Uploads the designer's model and switches the session to it (docs/scenes.md). */
+  loadScene(file: File, options?: { onProgress?: (progress: SceneProgress) => void; signal?: AbortSignal }): Promise<LoadedScene>;
+  /** Switches the session to a model uploaded before. */
+  showScene(id: string, ticket: string): Promise<{ id: string; triangles: number; objects: number }>;
   stats(): Promise<StreamStats | null>;
   windowSize(): { width: number; height: number };
   close(reason?: string): void;

@@ -8,8 +8,9 @@ import { InputCapture } from './input-capture.js';
 import { SENDABLE_CODECS, answeredCodec, preferCodecs, rankCodecs } from './codecs.js';
 import { FirstMoveMeter } from './first-move.js';
 import { LatencyMeter, STAGES } from './latency.js';
+import { UploadError, uploadScene } from './scene-upload.js';
 
-export { FirstMoveMeter, InputCapture, LatencyMeter, SENDABLE_CODECS, STAGES, rankCodecs };
+export { FirstMoveMeter, InputCapture, LatencyMeter, SENDABLE_CODECS, STAGES, UploadError, rankCodecs };
 
 export const PROTOCOL_VERSION = 1;
 export const SUBPROTOCOL = 'render-server.v1';
@@ -43,6 +44,9 @@ const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthoriz
 const FAILURE_ENDINGS = new Set(['worker_failed', 'no_capacity', 'open_timeout', 'lease_expired']);
 // socket close codes of a replica that stops on purpose: resume on another one at once
 const RESUME_AT_ONCE = new Set([1001, 1012, 1013]);
+
+// an uploaded model's fetch, check, parse and tables on the worker (a big model on a slow CPU)
+const SCENE_TIMEOUT_MS = 120000;
 
 /** A `maxKbps` above any worker's own cap: no cap but the worker's configured bitrate. */
 export const NO_BITRATE_CAP = 1000000;
@@ -211,6 +215,43 @@ export class RenderStream extends EventTarget {
         reject(new RenderStreamError('timeout', `no answer to ${name} in ${REQUEST_TIMEOUT_MS} ms`));
       }, REQUEST_TIMEOUT_MS);
       this._pending.set(id, { resolve, reject, timer });
+    });
+  }
+
+  /**
+   * Opens the designer's own model (a File or Blob with a name: .glb, .gltf, .obj, or a .zip of
+   * a .gltf or .obj with its files): uploads it, then switches the session to it. The old scene
+   * streams until the new one is ready. Resolves with `{id, ticket, triangles, objects}`;
+   * rejects with an error whose `code` says why (the upload's or the worker's).
+   * `onProgress({phase, fraction})`: 'upload' with the fraction sent, then 'loading'.
+   */
+  async loadScene(file, { onProgress = null, signal = null } = {}) {
+    const progress = (phase, fraction = null) => {
+      onProgress?.({ phase, fraction });
+      this.dispatchEvent(new CustomEvent('sceneprogress', { detail: { phase, fraction } }));
+    };
+    progress('upload', 0);
+    const upload = await uploadScene(this.server, this.token, file, {
+      signal, onProgress: (fraction) => progress('upload', fraction),
+    });
+    progress('loading');
+    const shown = await this.showScene(upload.id, upload.ticket);
+    return { ...upload, ...shown };
+  }
+
+  /** Switches the session to an uploaded scene (its `id` and `ticket` from the upload). */
+  showScene(id, ticket) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { done(); reject(new RenderStreamError('timeout', `scene ${id} did not load in ${SCENE_TIMEOUT_MS / 1000} s`)); }, SCENE_TIMEOUT_MS);
+      const onMessage = ({ detail }) => {
+        if (detail.type !== 'scene' || detail.scene !== id) return;
+        done();
+        if (detail.status === 'loaded') resolve({ id, triangles: detail.triangles, objects: detail.objects });
+        else reject(new RenderStreamError(detail.code || 'bad_scene', detail.message || 'the scene did not load'));
+      };
+      const done = () => { clearTimeout(timer); this.removeEventListener('message', onMessage); };
+      this.addEventListener('message', onMessage);
+      this.command('loadScene', { scene: id, ticket }).catch((error) => { done(); reject(error); });
     });
   }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
+import numpy as np
+
 from render_server.protocol.data_channel import (
     BlurEvent,
     CameraInput,
@@ -61,6 +63,11 @@ class CameraController:
 
     def reset(self) -> None:
         """Back to the initial framing."""
+        self.camera = self.initial.copy()
+
+    def frame(self, bounds_min: np.ndarray, bounds_max: np.ndarray) -> None:
+        """Frame another scene's bounds, now and on `reset`."""
+        self.initial = OrbitCamera.framed_on(bounds_min, bounds_max, fov_y=self.initial.fov_y)
         self.camera = self.initial.copy()
 
     def apply(self, event: CameraInput) -> None:

@@ -87,11 +87,7 @@ class SceneCommands:
         self.edits = SceneEdits()
         self._on_scene = on_scene
         self._default_hour = _hour_of(base)
-        assert base.object_ids is not None
-        # each object's material: that of its first triangle
-        self._object_material = np.full(len(base.objects), -1, dtype=np.int64)
-        ids = base.object_ids[::-1]  # reversed: the first triangle's assignment wins
-        self._object_material[ids] = base.material_ids[::-1]
+        self._object_material = _object_materials(base)
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "getCamera": self._get_camera,
             "setCamera": self._set_camera,
@@ -100,7 +96,11 @@ class SceneCommands:
             "setMaterial": self._set_material,
             "setVisible": self._set_visible,
             "setTimeOfDay": self._set_time_of_day,
+            "loadScene": self._load_scene,
         }
+        # `loadScene`'s handler (stream/scene_loading.py): None where the worker has no
+        # source of uploaded scenes
+        self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -140,6 +140,17 @@ class SceneCommands:
         if edits != self.edits:
             self._edit(edits)
 
+    def replace_base(self, base: Scene) -> None:
+        """Draw `base` from the next frame on (an uploaded scene): the edits, made to the old
+        scene's objects and materials, are dropped, and the camera is framed on it."""
+        self.base = base
+        self._default_hour = _hour_of(base)
+        self._object_material = _object_materials(base)
+        self.controller.frame(base.bounds_min, base.bounds_max)
+        self.edits = SceneEdits()
+        if self._on_scene is not None:
+            self._on_scene(lambda: base)
+
     def scene(self) -> Scene:
         """The session's scene now: the base scene with its edits."""
         return self.edits.apply(self.base)
@@ -172,6 +183,13 @@ class SceneCommands:
         return camera_value(self.controller.camera)
 
     # -- scene -----------------------------------------------------------------------------
+
+    def _load_scene(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.loader is None:
+            raise CommandError(
+                "unavailable", "this worker has no source of uploaded scenes (docs/scenes.md)"
+            )
+        return self.loader(args)
 
     def _list_scene(self, args: dict[str, Any]) -> dict[str, Any]:
         _only(args, ())
@@ -293,6 +311,15 @@ def material_value(material: Material) -> dict[str, Any]:
         "roughness": material.roughness,
         "metallic": material.metallic,
     }
+
+
+def _object_materials(scene: Scene) -> np.ndarray:
+    """Each object's material: that of its first triangle (-1: an object without any)."""
+    assert scene.object_ids is not None
+    materials = np.full(len(scene.objects), -1, dtype=np.int64)
+    ids = scene.object_ids[::-1]  # reversed: the first triangle's assignment wins
+    materials[ids] = scene.material_ids[::-1]
+    return materials
 
 
 def _hour_of(scene: Scene) -> float | None:

@@ -36,6 +36,7 @@ from render_server.stream.path_control import PathControl
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
+from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.state import export_state
 from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
@@ -113,6 +114,7 @@ class StreamSession:
         self.pc: RTCPeerConnection | None = None
         self.track: EncodedVideoTrack[OrbitCamera] | None = None
         self.peers = 0
+        self.scene_loading: SceneLoading | None = None  # uploaded scenes, where the worker has them
         self.nacks = {True: 0, False: 0}  # NACKed packets resent (True) or missing (False)
         self.input = InputChannel(
             role, self.log, metrics, pipeline, controller, commands, quality, quality_limits,
@@ -159,8 +161,9 @@ class StreamSession:
         """What another worker needs to go on with this session (stream/state.py): the
         camera, the quality the page asked for, the scene edits; JSON of MAX_STATE_BYTES."""
         commands = self.input.commands
+        upload = self.scene_loading.upload if self.scene_loading is not None else None
         return export_state(
-            self.input.controller.camera, self.quality, commands.edits, commands.base
+            self.input.controller.camera, self.quality, commands.edits, commands.base, upload
         )
 
     @property
@@ -339,6 +342,8 @@ class StreamSession:
         await asyncio.shield(self._close_task)
 
     async def _teardown(self, reason: str) -> None:
+        if self.scene_loading is not None:
+            self.scene_loading.cancel()
         for task in (self._timeout_task, self._idle_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()

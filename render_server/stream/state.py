@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from render_server.protocol.data_channel import QualityRequest
+from render_server.protocol.scenes import MAX_TICKET_CHARS, SCENE_ID
 from render_server.protocol.worker import MAX_STATE_BYTES
 from render_server.render.camera import OrbitCamera
 from render_server.render.scene import Material, Scene
@@ -60,10 +61,15 @@ class SessionState:
     camera: CameraPose | None = None
     quality: QualityRequest | None = None
     edits: SceneEdits = field(default_factory=SceneEdits)
+    upload: dict[str, str] | None = None  # the uploaded scene shown: {"scene", "ticket"}
 
 
 def export_state(
-    camera: OrbitCamera, quality: StreamQuality, edits: SceneEdits, base: Scene
+    camera: OrbitCamera,
+    quality: StreamQuality,
+    edits: SceneEdits,
+    base: Scene,
+    upload: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The session's state as JSON; if the edits would make it larger than MAX_STATE_BYTES,
     hidden objects and then material edits are left out (with a WARNING)."""
@@ -83,6 +89,8 @@ def export_state(
         },
         "edits": _edits_doc(edits, base),
     }
+    if upload is not None:
+        doc["upload"] = dict(upload)  # the next worker loads it again (its edits are lost)
     for part in ("hidden", "materials"):
         if len(json.dumps(doc)) <= MAX_STATE_BYTES:
             break
@@ -121,7 +129,17 @@ def read_state(doc: Mapping[str, Any] | None, base: Scene) -> SessionState:
         camera=_part(doc, "camera", _camera),
         quality=_part(doc, "quality", _quality),
         edits=_part(doc, "edits", lambda value: _edits(value, base)) or SceneEdits(),
+        upload=_part(doc, "upload", _upload),
     )
+
+
+def _upload(doc: Mapping[str, Any]) -> dict[str, str]:
+    scene, ticket = doc.get("scene"), doc.get("ticket")
+    if not isinstance(scene, str) or not SCENE_ID.fullmatch(scene):
+        raise BadState("upload: `scene` is not a scene id")
+    if not isinstance(ticket, str) or not 0 < len(ticket) <= MAX_TICKET_CHARS:
+        raise BadState("upload: `ticket` is not a ticket")
+    return {"scene": scene, "ticket": ticket}
 
 
 def _part(doc: Mapping[str, Any], key: str, read: Any) -> Any:

@@ -38,6 +38,8 @@ from render_server.stream.pictures import (
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits
 from render_server.stream.scene_commands import SceneCommands
+from render_server.stream.scene_fetch import SceneFetcher
+from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.session import SessionEndCallback, StreamSession
 from render_server.stream.state import read_state, restored_quality
 from render_server.transport import check_aiortc_version
@@ -61,8 +63,10 @@ class LocalWorker:
         metrics: Metrics,
         ice_servers: tuple[str, ...] = (),
         backends: Backends | None = None,
+        scene_fetcher: SceneFetcher | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.scene_fetcher = scene_fetcher  # uploaded scenes (loadScene); None: refused
         self.scene = scene
         self.stream = stream
         self.slots = slots
@@ -147,7 +151,7 @@ class LocalWorker:
             restored.camera.apply(controller.camera)
         commands = SceneCommands(self.scene, controller, pipeline.request_scene)
         commands.restore(restored.edits)
-        return StreamSession(
+        session = StreamSession(
             session_id,
             pipeline,
             controller,
@@ -170,6 +174,16 @@ class LocalWorker:
             fec_copies=self.stream.fec_copies,
             codecs=self.codecs,
         )
+        if self.scene_fetcher is not None:
+            loading = SceneLoading(
+                self.scene_fetcher, commands.replace_base, session.input.send, self.metrics,
+                prepare=self.backends.renderer == "cpu",
+            )  # fmt: skip
+            commands.loader = loading.start
+            session.scene_loading = loading
+            if restored.upload is not None:
+                loading.start(restored.upload)  # a moved session shows its upload again
+        return session
 
     def _pipeline(
         self, resolution: Resolution | None = None, fps: float | None = None

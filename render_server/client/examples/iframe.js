@@ -44,6 +44,13 @@ window.embedCommand = (name, args = {}) => new Promise((resolve) => {
   send({ type: 'command', id, name, args });
 });
 
+/** Opens a model file in the embedded stream (the embed uploads it); resolves with its reply. */
+window.embedLoadScene = (file) => new Promise((resolve) => {
+  const id = nextId++;
+  pending.set(id, resolve);
+  send({ type: 'loadScene', id, file });
+});
+
 for (const button of document.querySelectorAll('button[data-command]')) {
   button.addEventListener('click', () => window.embedCommand(button.dataset.command, JSON.parse(button.dataset.args)));
 }
