@@ -16,6 +16,7 @@ behind an earlier one's session.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -30,6 +31,7 @@ import pytest
 from tests.browser import ROOT, serve_process
 from tests.firefox import Firefox, launch_firefox
 from tests.support import eventually
+from tests.test_scene_upload_browser import magenta_ball_glb, magenta_share
 
 WIDTH, HEIGHT = 640, 360  # what the server streams: small, to leave the two cores some room
 VIEWPORT = (960, 540)
@@ -89,9 +91,10 @@ return {
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("firefox-serve") / "serve.log"
+    base = tmp_path_factory.mktemp("firefox-serve")
     with serve_process(
-        "--resolution", f"{WIDTH}x{HEIGHT}", "--fps", "30", log_path=log
+        "--resolution", f"{WIDTH}x{HEIGHT}", "--fps", "30", "--scene-dir", str(base / "scenes"),
+        log_path=base / "serve.log",
     ) as url:  # fmt: skip
         yield url
 
@@ -259,6 +262,31 @@ def test_the_pixel_meter_measures_first_moves_on_firefoxs_stream(
     print(f"first moves in Firefox: {first}")
     assert first["count"] >= 2, first
     assert 0 < first["p50"] < 500, first
+
+
+def test_a_designers_model_opens_in_firefox(browser: Firefox, server_url: str) -> None:
+    """The SDK's upload (XMLHttpRequest with progress) and loadScene in Firefox: the model
+    replaces the scene in Firefox's VP8 stream; a file that is no model is refused by reason."""
+    open_stream(browser, server_url + "/")
+    assert magenta_share(grab(browser)) < 0.02
+    run = """
+      const [data, name] = arguments;
+      const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+      const phases = new Set();
+      try {
+        const shown = await window.renderStream.loadScene(new File([bytes], name),
+          { onProgress: ({ phase }) => phases.add(phase) });
+        return { triangles: shown.triangles, phases: [...phases] };
+      } catch (error) { return { code: error.code, message: error.message }; }
+    """
+    glb = base64.b64encode(magenta_ball_glb()).decode()
+    shown = browser.execute_async(run, glb, "ball.glb", timeout_s=60)
+    assert shown == {"triangles": 1280, "phases": ["upload", "loading"]}, shown
+    eventually(lambda: magenta_share(grab(browser)) > 0.10, 10, what="the ball in the picture")
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 100).decode()
+    refused = browser.execute_async(run, png, "photo.glb", timeout_s=30)
+    assert refused["code"] == "not_a_model" and "PNG" in refused["message"], refused
+    assert stream_state(browser) == "streaming"
 
 
 def test_embed_plays_on_its_own(browser: Firefox, server_url: str) -> None:
