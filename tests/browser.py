@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from render_server.tools.measure.browser import CHROMIUM_ARGS as MEASURE_CHROMIU
 from render_server.tools.measure.browser import find_chromium
 from render_server.tools.measure.client import MeasureError
 
-__all__ = ["CHROMIUM_ARGS", "chromium_path", "free_port", "serve_process"]
+__all__ = ["CHROMIUM_ARGS", "chromium_page", "chromium_path", "free_port", "serve_process"]
 
 # the flags and the search are the ones `render-server latency --client chromium` uses
 CHROMIUM_ARGS = list(MEASURE_CHROMIUM_ARGS)
@@ -27,6 +28,25 @@ def chromium_path() -> str:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def chromium_page(width: int = 960, height: int = 540) -> Iterator[Any]:
+    """A page of a fresh headless Chromium, its console printed; closed on leaving."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        context = browser.new_context(viewport={"width": width, "height": height})
+        page = context.new_page()
+        page.on("console", lambda m: print(f"[chromium {m.type}] {m.text}"))
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import dataclasses
 import os
 import threading
@@ -29,19 +30,25 @@ SMALL_STREAM = StreamConfig(resolution=Resolution(320, 240), fps=30.0)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """End what the run left running (it would hold CI's output pipe open) and say what it was."""
+    """End what the run left running (it would hold CI's output pipe open) and say what it was;
+    name the threads the interpreter's exit will wait for (hang_watch bounds that wait)."""
+    lines = []
     stopped = stop_leftovers()
-    stuck = [
-        t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
-    ]
-    if stuck:
-        stopped.append(f"threads the interpreter will wait for at exit: {', '.join(stuck)}")
     if stopped:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        lines = [f"stopped {len(stopped)} process(es) the tests left running:", *stopped]
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line("\n".join(lines))
+        lines += [f"stopped {len(stopped)} process(es) the tests left running:", *stopped]
+    waited = [t.name for t in threading.enumerate() if _exit_waits_for(t)]
+    if waited:
+        lines.append(f"threads the interpreter's exit waits for: {', '.join(waited)}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if lines and reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line("\n".join(lines))
+
+
+def _exit_waits_for(thread: threading.Thread) -> bool:
+    # an idle executor's worker ends when its executor shuts down at exit: not a wait
+    idle_worker = getattr(thread, "_target", None) is concurrent.futures.thread._worker
+    return not thread.daemon and thread is not threading.main_thread() and not idle_worker
 
 
 @pytest.fixture(scope="session")

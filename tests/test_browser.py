@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .browser import CHROMIUM_ARGS, chromium_path, serve_process
+from .browser import chromium_page, serve_process
 
 pytestmark = pytest.mark.browser
 
@@ -39,18 +39,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def page(server_url: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
-        )
-        context = browser.new_context(viewport={"width": 960, "height": 540})
-        page = context.new_page()
-        page.on("console", lambda m: print(f"[chromium {m.type}] {m.text}"))
+    with chromium_page() as page:
         yield page
-        context.close()
-        browser.close()
 
 
 def grab(page: Any) -> np.ndarray:

@@ -5,9 +5,6 @@ the page while the stream goes on."""
 from __future__ import annotations
 
 import base64
-import io
-import struct
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +13,9 @@ import numpy as np
 import pytest
 import trimesh
 
-from .browser import CHROMIUM_ARGS, chromium_path, serve_process
+from .browser import chromium_page, serve_process
 from .test_browser import grab
+from .test_upload_file import glb_with_json, zip_of
 
 pytestmark = pytest.mark.browser
 
@@ -37,18 +35,8 @@ def magenta_ball_glb() -> bytes:
     return data
 
 
-def glb_with_json(text: bytes) -> bytes:
-    """A GLB container whose JSON chunk is `text` (padded with spaces, as the format asks)."""
-    text += b" " * (-len(text) % 4)
-    chunk = struct.pack("<I4s", len(text), b"JSON") + text
-    return struct.pack("<4sII", b"glTF", 2, 12 + len(chunk)) + chunk
-
-
 def zip_bomb() -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("model.obj", b"v 0 0 0\n" + b"#" * 3_000_000)
-    return out.getvalue()
+    return zip_of({"model.obj": b"v 0 0 0\n" + b"#" * 3_000_000})
 
 
 @pytest.fixture(scope="module")
@@ -63,20 +51,10 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def page(server_url: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
-        )
-        context = browser.new_context(viewport={"width": 960, "height": 540})
-        page = context.new_page()
-        page.on("console", lambda m: print(f"[chromium {m.type}] {m.text}"))
+    with chromium_page() as page:
         page.goto(server_url + "/")
         page.wait_for_selector("body[data-state='streaming']", state="attached", timeout=20_000)
         yield page
-        context.close()
-        browser.close()
 
 
 def magenta_share(picture: np.ndarray) -> float:
