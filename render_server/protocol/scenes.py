@@ -28,6 +28,16 @@ TICKET_TTL_S: Final = 3600.0
 _AUDIENCE: Final = "render-server-scene"
 
 
+def upload_reference_problem(scene_id: Any, ticket: Any) -> str | None:
+    """What is wrong with an upload's id and ticket as a page hands them over (None: nothing):
+    the shape only; the ticket's signature is checked where the file is read."""
+    if not isinstance(scene_id, str) or not SCENE_ID.fullmatch(scene_id):
+        return "`scene` must be an uploaded scene's id"
+    if not isinstance(ticket, str) or not 0 < len(ticket) <= MAX_TICKET_CHARS:
+        return "`ticket` must be the upload's ticket"
+    return None
+
+
 class TicketError(CodedError):
     """A ticket that does not open this scene: code `unauthorized` or `forbidden`."""
 

@@ -353,6 +353,8 @@ def unpack_archive(path: Path, dest: Path, max_bytes: int) -> Path:
                                 "the archive is damaged or forged"
                             )
                         out.write(chunk)
+    # zipfile's own words for a damaged entry: NotImplementedError is a compression method it
+    # lacks, RuntimeError an entry that needs a password (check_archive refuses both first)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         raise SceneError(f"this .zip cannot be unpacked ({exc}): zip it again") from None
     except OSError as exc:

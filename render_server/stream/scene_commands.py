@@ -82,12 +82,10 @@ class SceneCommands:
         controller: CameraController,
         on_scene: Callable[[Callable[[], Scene]], None] | None = None,
     ) -> None:
-        self.base = base
         self.controller = controller
         self.edits = SceneEdits()
         self._on_scene = on_scene
-        self._default_hour = _hour_of(base)
-        self._object_material = _object_materials(base)
+        self._take_base(base)
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "getCamera": self._get_camera,
             "setCamera": self._set_camera,
@@ -143,13 +141,16 @@ class SceneCommands:
     def replace_base(self, base: Scene) -> None:
         """Draw `base` from the next frame on (an uploaded scene): the edits, made to the old
         scene's objects and materials, are dropped, and the camera is framed on it."""
-        self.base = base
-        self._default_hour = _hour_of(base)
-        self._object_material = _object_materials(base)
+        self._take_base(base)
         self.controller.frame(base.bounds_min, base.bounds_max)
         self.edits = SceneEdits()
         if self._on_scene is not None:
             self._on_scene(lambda: base)
+
+    def _take_base(self, base: Scene) -> None:
+        self.base = base
+        self._default_hour = _hour_of(base)
+        self._object_material = _object_materials(base)
 
     def scene(self) -> Scene:
         """The session's scene now: the base scene with its edits."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,10 +115,12 @@ class SceneFetcher:
         kind = check_upload(path, self.limits.max_bytes)
         if kind == "zip":
             model = unpack_archive(path, folder / "unpacked", self.limits.max_bytes)
+        elif path.suffix == f".{kind}":
+            model = path  # the scene folder's file, named by its kind: read where it lies
+        elif path.parent == folder:
+            model = path.rename(folder / f"model.{kind}")  # a download: the loader goes by suffix
         else:
-            model = folder / f"model.{kind}"
-            if path != model:
-                shutil.copyfile(path, model)  # the loader goes by the name's suffix
+            raise SceneError(f"scene {scene_id} is stored as another kind than it holds")
         try:
             return load_scene(model, self.limits)
         except SceneError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 
 from render_server.metrics import Metrics
 from render_server.protocol.data_channel import CommandError
-from render_server.protocol.scenes import MAX_TICKET_CHARS, SCENE_ID, TicketError
+from render_server.protocol.scenes import TicketError, upload_reference_problem
 from render_server.render.cpu.prepare import prepare_scene
 from render_server.render.scene import Scene
 from render_server.scene_formats.errors import SceneError
@@ -52,12 +52,11 @@ class SceneLoading:
         if unknown:
             raise CommandError("bad_command", f"unknown argument {unknown[0][:64]!r}")
         scene_id, ticket = args.get("scene"), args.get("ticket")
-        if not isinstance(scene_id, str) or not SCENE_ID.fullmatch(scene_id):
-            raise CommandError("bad_command", "`scene` must be an uploaded scene's id")
-        if not isinstance(ticket, str) or not 0 < len(ticket) <= MAX_TICKET_CHARS:
-            raise CommandError("bad_command", "`ticket` must be the upload's ticket")
+        problem = upload_reference_problem(scene_id, ticket)
+        if problem is not None:
+            raise CommandError("bad_command", problem)
         self.cancel()
-        self._task = asyncio.get_running_loop().create_task(self._load(scene_id, ticket))
+        self._task = asyncio.get_running_loop().create_task(self._load(str(scene_id), str(ticket)))
         return {"scene": scene_id, "status": "loading"}
 
     def cancel(self) -> None:

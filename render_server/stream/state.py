@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from render_server.protocol.data_channel import QualityRequest
-from render_server.protocol.scenes import MAX_TICKET_CHARS, SCENE_ID
+from render_server.protocol.scenes import upload_reference_problem
 from render_server.protocol.worker import MAX_STATE_BYTES
 from render_server.render.camera import OrbitCamera
 from render_server.render.scene import Material, Scene
@@ -135,11 +135,10 @@ def read_state(doc: Mapping[str, Any] | None, base: Scene) -> SessionState:
 
 def _upload(doc: Mapping[str, Any]) -> dict[str, str]:
     scene, ticket = doc.get("scene"), doc.get("ticket")
-    if not isinstance(scene, str) or not SCENE_ID.fullmatch(scene):
-        raise BadState("upload: `scene` is not a scene id")
-    if not isinstance(ticket, str) or not 0 < len(ticket) <= MAX_TICKET_CHARS:
-        raise BadState("upload: `ticket` is not a ticket")
-    return {"scene": scene, "ticket": ticket}
+    problem = upload_reference_problem(scene, ticket)
+    if problem is not None:
+        raise BadState(f"upload: {problem}")
+    return {"scene": str(scene), "ticket": str(ticket)}  # both strings: checked above
 
 
 def _part(doc: Mapping[str, Any], key: str, read: Any) -> Any:
