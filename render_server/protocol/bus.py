@@ -6,6 +6,8 @@ objects; `signaling/channels.py` names the channels and parses at the edge).
   over (resumed), a REST call ending it, and what its worker said (`SessionReply`).
 - The queue channel reaches every replica: `QueueChanged`, to tell the waiting browsers their
   place.
+- A viewer's channel reaches the replica that holds the viewer's socket: `ViewerReply`, what
+  the session's worker said to that viewer.
 - A worker's channel reaches the replica that holds the worker (its socket, or its embedded
   worker): `WorkerRequest`, the worker protocol's requests, as the worker will get them.
 
@@ -20,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
+from render_server.protocol.viewers import VIEWER_REPLIES, ViewerReply
 from render_server.protocol.wire import (
     PROTOCOL_VERSION,
     RELAYED_MESSAGE_BYTES,
@@ -79,7 +82,7 @@ class QueueChanged(WireMessage, type="queue.changed"):
 
 
 SessionNews = Assigned | WorkerLost | Resumed | EndRequested | SessionReply
-BusMessage = SessionNews | QueueChanged | WorkerRequest
+BusMessage = SessionNews | QueueChanged | WorkerRequest | ViewerReply
 
 
 def _assigned(doc: Document) -> Assigned:
@@ -124,6 +127,11 @@ def parse_session_news(doc: Any) -> SessionNews:
 def parse_queue_news(doc: Any) -> QueueChanged:
     """A message of the queue channel, or ProtocolError."""
     return _parse(doc, _QUEUE_NEWS)
+
+
+def parse_viewer_news(doc: Any) -> ViewerReply:
+    """A message of a viewer's channel, or ProtocolError."""
+    return _parse(doc, VIEWER_REPLIES)
 
 
 def parse_worker_request(doc: Any) -> WorkerRequest:

@@ -16,6 +16,7 @@ from render_server.protocol.requirements import Requirements, parse_requirements
 from render_server.protocol.wire import (
     Document,
     WireMessage,
+    display_name,
     optional_int,
     optional_text,
     parse_with,
@@ -27,6 +28,9 @@ MAX_SDP_CHARS: Final = 60 * 1024
 MAX_CANDIDATE_CHARS: Final = 1024
 MAX_MID_CHARS: Final = 64
 RESUME_TOKEN: Final = re.compile(r"[0-9A-Za-z_-]{16,128}")
+MAX_PAGE_URL_CHARS: Final = 2048
+MAX_SHARE_TOKEN_CHARS: Final = 4096
+SHARE_TTL_S: Final = (60, 7 * 24 * 3600)  # the shortest and longest a share link may live
 
 
 # -- browser → server ---------------------------------------------------------------------------
@@ -62,10 +66,29 @@ class IceCandidate(WireMessage, type="ice"):
 
 
 class SessionEnd(WireMessage, type="session.end"):
-    """End the session, or leave the queue."""
+    """End the session, or leave the queue (a viewer: stop watching)."""
 
 
-ClientMessage = SessionStart | SessionResume | Offer | IceCandidate | SessionEnd
+class SessionShare(WireMessage, type="session.share"):
+    """Mint a viewer link to this socket's session (its controller only): answered with
+    `session.shared`. `page_url`: the page viewers open (the link is it with `#watch=<token>`
+    and the answer carries its QR code); `ttl_s`: how long the link lets viewers join."""
+
+    page_url: str | None = None
+    ttl_s: int | None = None
+
+
+class SessionWatch(WireMessage, type="session.watch"):
+    """Watch a shared session with a share link's `token` (answered `session.watching`; then
+    offer as a controller does). `name`: how the session's other pages see this viewer."""
+
+    token: str
+    name: str | None = None
+
+
+ClientMessage = (
+    SessionStart | SessionResume | Offer | IceCandidate | SessionEnd | SessionShare | SessionWatch
+)
 
 
 def parse_sdp(doc: Document) -> str:
@@ -90,12 +113,29 @@ def _parse_resume(doc: Document) -> SessionResume:
     return SessionResume(session_id_field(doc), token)
 
 
+def _parse_share(doc: Document) -> SessionShare:
+    page_url = optional_text(doc, "pageUrl", MAX_PAGE_URL_CHARS)
+    if page_url is not None and not re.fullmatch(r"https?://[^\s#]+", page_url):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "`pageUrl` must be an http(s) URL without #")
+    return SessionShare(page_url, optional_int(doc, "ttlS", *SHARE_TTL_S))
+
+
+def _parse_watch(doc: Document) -> SessionWatch:
+    token = text_field(doc, "token", MAX_SHARE_TOKEN_CHARS)
+    if not token:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "`token` must be a share link's token")
+    name = doc.get("name")
+    return SessionWatch(token, None if name is None else display_name(name))
+
+
 _PARSERS: dict[str, Callable[[Document], ClientMessage]] = {
     SessionStart.type: lambda doc: SessionStart(parse_requirements(doc.get("requirements"))),
     SessionResume.type: _parse_resume,
     Offer.type: lambda doc: Offer(parse_sdp(doc)),
     IceCandidate.type: parse_ice,
     SessionEnd.type: lambda doc: SessionEnd(),
+    SessionShare.type: _parse_share,
+    SessionWatch.type: _parse_watch,
 }
 
 
@@ -165,6 +205,43 @@ class Error(WireMessage, type="error"):
     message: str
 
 
+class SessionShared(WireMessage, type="session.shared"):
+    """A viewer link to the session: `token` lets its holder watch (never steer) until
+    `expires_at` (Unix seconds); `url` and `qr_svg` where the page gave its `pageUrl`."""
+
+    session_id: str
+    token: str
+    expires_at: int
+    url: str | None = None
+    qr_svg: str | None = None
+
+
+class Watching(WireMessage, type="session.watching"):
+    """The viewer may offer now: its id in the session's `presence`, its ICE servers."""
+
+    session_id: str
+    viewer_id: str
+    ice_servers: list[IceServer] = field(default_factory=list)
+
+
+class WatchEnded(WireMessage, type="viewer.ended"):
+    """The viewer's stream ended or was refused (`code`: protocol/viewers.py); `retry`: watching
+    again may work (the session moved, the connection dropped)."""
+
+    code: str
+    message: str
+    retry: bool = False
+
+
 ServerMessage = (
-    SessionStarted | Queued | SessionInterrupted | SessionMoving | Answer | SessionEnded | Error
+    SessionStarted
+    | Queued
+    | SessionInterrupted
+    | SessionMoving
+    | Answer
+    | SessionEnded
+    | Error
+    | SessionShared
+    | Watching
+    | WatchEnded
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Final, TypeVar, dataclass_transform
@@ -34,6 +35,7 @@ RELAYED_JSON: Final = JsonLimits(RELAYED_MESSAGE_BYTES, max_depth=32, max_items=
 MAX_LABELS: Final = 16
 SESSION_ID: Final = re.compile(r"[0-9a-f]{32}")
 NAME: Final = re.compile(r"[0-9A-Za-z._:/-]{1,64}")
+MAX_NAME_CHARS: Final = 40  # a person's name (`display_name`)
 
 Document = Mapping[str, Any]
 
@@ -132,6 +134,20 @@ def name_field(doc: Document, key: str) -> str:
     return value
 
 
+def display_name(value: object, key: str = "name") -> str:
+    """A person's name as others will see it: 1..MAX_NAME_CHARS printable characters (no
+    control or format characters, which could disguise it), spaces trimmed."""
+    if not isinstance(value, str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"`{key}` must be a string")
+    name = " ".join(value.split())
+    if not 0 < len(name) <= MAX_NAME_CHARS or any(unicodedata.category(c)[0] == "C" for c in name):
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            f"`{key}` must be 1..{MAX_NAME_CHARS} printable characters",
+        )
+    return name
+
+
 def labels_field(doc: Document, key: str) -> tuple[str, ...]:
     """Up to MAX_LABELS short names; absent means none."""
     labels = doc.get(key) or []
@@ -194,6 +210,12 @@ _JSON_NAMES = {
     "sdp_mline_index": "sdpMLineIndex",
     "session_ids": "sessionIds",
     "deadline_s": "deadlineS",
+    "viewer_id": "viewerId",
+    "expires_at": "expiresAt",
+    "page_url": "pageUrl",
+    "ttl_s": "ttlS",
+    "qr_svg": "qrSvg",
+    "max_viewers": "maxViewers",
 }
 
 

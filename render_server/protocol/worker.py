@@ -15,6 +15,13 @@ from typing import Any, Final, Protocol
 
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.signaling import IceCandidate, IceServer, parse_ice, parse_sdp
+from render_server.protocol.viewers import (
+    VIEWER_REPLIES,
+    VIEWER_REQUESTS,
+    ViewerReply,
+    ViewerRequest,
+    display_name,
+)
 from render_server.protocol.wire import (
     RELAYED_JSON,
     Document,
@@ -128,7 +135,9 @@ class WorkerError(WireMessage, type="error"):
 # what a worker says about one of its sessions: relayed to the session's browser
 SessionReply = SessionOpened | WorkerAnswer | WorkerError | WorkerSessionEnded | SessionHandoff
 WorkerNotice = WorkerDraining | WorkerLeaving  # about the worker itself
-FromWorker = Register | Heartbeat | WorkerNotice | SessionReply
+# everything a worker sends signaling but its registration and heartbeats
+ToSignaling = SessionReply | ViewerReply | WorkerNotice
+FromWorker = Register | Heartbeat | WorkerNotice | SessionReply | ViewerReply
 
 
 def session_ids_field(doc: Document, key: str = "sessionIds") -> tuple[str, ...] | None:
@@ -217,6 +226,7 @@ _FROM_WORKER: dict[str, Callable[[Document], FromWorker]] = {
     ),
     WorkerLeaving.type: lambda doc: WorkerLeaving(reason_field(doc)),
     **SESSION_REPLIES,
+    **VIEWER_REPLIES,
 }
 
 
@@ -228,12 +238,14 @@ def parse_from_worker(data: str | bytes) -> FromWorker:
 
 
 class OpenSession(WireMessage, type="session.open"):
-    """`state`: what the session's previous worker handed over (a move), to start from."""
+    """`state`: what the session's previous worker handed over (a move), to start from;
+    `name`: the owner's name as the session's viewers see it (presence)."""
 
     session_id: str
     role: str = "controller"
     ice_servers: list[IceServer] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
 
 
 class SessionOffer(WireMessage, type="offer"):
@@ -272,8 +284,8 @@ class DrainWorker(WireMessage, type="worker.drain"):
     deadline_s: float | None = None
 
 
-# what signaling asks of a worker about one session
-SessionRequest = OpenSession | SessionOffer | SessionIce | CloseSession
+# what signaling asks of a worker about one session (its viewers' requests included)
+SessionRequest = OpenSession | SessionOffer | SessionIce | CloseSession | ViewerRequest
 # what travels on the worker's bus channel
 WorkerRequest = SessionRequest | DrainWorker
 ToWorker = WorkerRequest | Registered
@@ -296,11 +308,13 @@ def _open(doc: Document) -> OpenSession:
     servers = doc.get("iceServers") or []
     if not isinstance(servers, list):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "`iceServers` must be a list")
+    name = doc.get("name")
     return OpenSession(
         session_id_field(doc),
         role,
         [_ice_server(raw) for raw in servers],
         json_object_field(doc, "state", MAX_STATE_BYTES),
+        None if name is None else display_name(name),
     )
 
 
@@ -316,6 +330,7 @@ SESSION_REQUESTS: Final[dict[str, Callable[[Document], SessionRequest]]] = {
     SessionOffer.type: lambda doc: SessionOffer(session_id_field(doc), parse_sdp(doc)),
     SessionIce.type: lambda doc: SessionIce.of(session_id_field(doc), parse_ice(doc)),
     CloseSession.type: lambda doc: CloseSession(session_id_field(doc), reason_field(doc)),
+    **VIEWER_REQUESTS,
 }
 
 WORKER_REQUESTS: Final[dict[str, Callable[[Document], WorkerRequest]]] = {
@@ -346,7 +361,7 @@ class WorkerLink(Protocol):
 
     async def heartbeat(self, beat: Heartbeat) -> None: ...
 
-    async def send(self, reply: SessionReply | WorkerNotice) -> None: ...
+    async def send(self, reply: ToSignaling) -> None: ...
 
     async def close(self) -> None:
         """No more requests (the worker stays registered until its heartbeats stop)."""

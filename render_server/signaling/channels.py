@@ -16,10 +16,12 @@ from render_server.protocol.bus import (
     SessionNews,
     parse_queue_news,
     parse_session_news,
+    parse_viewer_news,
     parse_worker_request,
     to_bus,
 )
 from render_server.protocol.errors import ProtocolError
+from render_server.protocol.viewers import ViewerReply
 from render_server.protocol.worker import WorkerRequest
 from render_server.signaling.state.bus import Bus, Message
 
@@ -34,6 +36,11 @@ QUEUE_CHANNEL = "queue"
 def browser_channel(session_id: str) -> str:
     """The channel of a session: it reaches the replica holding the session's browser."""
     return f"browser:{session_id}"
+
+
+def viewer_channel(viewer_id: str) -> str:
+    """The channel of a viewer of a shared session: it reaches the replica holding its socket."""
+    return f"viewer:{viewer_id}"
 
 
 def worker_channel(worker_id: str) -> str:
@@ -52,6 +59,9 @@ class Channels:
     async def to_session(self, session_id: str, news: SessionNews) -> None:
         await self.bus.publish(browser_channel(session_id), to_bus(news))
 
+    async def to_viewer(self, viewer_id: str, news: ViewerReply) -> None:
+        await self.bus.publish(viewer_channel(viewer_id), to_bus(news))
+
     async def to_worker(self, worker_id: str, request: WorkerRequest) -> None:
         await self.bus.publish(worker_channel(worker_id), to_bus(request))
 
@@ -63,6 +73,9 @@ class Channels:
     async def on_session(self, session_id: str, handler: Handler[SessionNews]) -> None:
         await self._subscribe(browser_channel(session_id), parse_session_news, handler)
 
+    async def on_viewer(self, viewer_id: str, handler: Handler[ViewerReply]) -> None:
+        await self._subscribe(viewer_channel(viewer_id), parse_viewer_news, handler)
+
     async def on_worker(self, worker_id: str, handler: Handler[WorkerRequest]) -> None:
         await self._subscribe(worker_channel(worker_id), parse_worker_request, handler)
 
@@ -71,6 +84,9 @@ class Channels:
 
     async def leave_session(self, session_id: str) -> None:
         await self.bus.unsubscribe(browser_channel(session_id))
+
+    async def leave_viewer(self, viewer_id: str) -> None:
+        await self.bus.unsubscribe(viewer_channel(viewer_id))
 
     async def leave_worker(self, worker_id: str) -> None:
         await self.bus.unsubscribe(worker_channel(worker_id))
