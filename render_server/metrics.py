@@ -24,6 +24,19 @@ class Metrics:
             registry=r,
         )
         self.connections = Gauge("signaling_connections", "Open signaling sockets", registry=r)
+        self.viewers = Gauge(
+            "signaling_viewers", "Viewers of shared sessions with a socket here", registry=r
+        )
+        self.shares = Counter(
+            "signaling_shares", "Share links minted (session.share)", registry=r
+        )
+        self.watches = Counter(
+            "signaling_watch",
+            "Watch requests (session.watch), by outcome: watching, unauthorized (no, bad or "
+            "expired link), forbidden (a token of another session), unknown_session",
+            ["outcome"],
+            registry=r,
+        )
         self.scene_uploads = Counter(
             "signaling_scene_uploads",
             "Scene uploads (POST /api/scenes), by outcome: stored, too_large, refused (not a "
@@ -140,6 +153,23 @@ class Metrics:
             registry=r,
         )
 
+        self.viewers_connected = Gauge(
+            "worker_viewers", "Viewers of shared sessions connected now", registry=r
+        )
+        self.viewer_joins = Counter(
+            "worker_viewer_joins",
+            "Viewers' offers, by outcome: answered, too_many_viewers, sharing_off, bad_offer, "
+            "session_ended (the session was ending)",
+            ["outcome"],
+            registry=r,
+        )
+        self.viewer_frames = Counter(
+            "worker_viewer_frames",
+            "Frames to viewers, by outcome: sent (the same encoded frame as the owner's), "
+            "dropped (a viewer that did not keep up: until the next keyframe)",
+            ["outcome"],
+            registry=r,
+        )
         self.pipeline_failures = Counter(
             "worker_pipeline_failures",
             "Frames that failed in a session's pipeline (encoder, renderer, scene edit); the "

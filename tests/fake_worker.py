@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from render_server.protocol.viewers import ViewerAnswer, ViewerIce, ViewerLeave, ViewerOffer
 from render_server.protocol.wire import SUBPROTOCOL, encode_message
 from render_server.protocol.worker import (
     CloseSession,
@@ -53,6 +54,9 @@ class FakeWorker:
         self.opened: list[str] = []  # every session ever opened here, in order
         self.ice_servers: dict[str, list[dict[str, Any]]] = {}  # per session, as received
         self.errors: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.names: dict[str, str | None] = {}  # each session's owner name, as opened
+        # what signaling asked about viewers, in order (offers are answered at once)
+        self.viewer_requests: asyncio.Queue[ViewerOffer | ViewerIce | ViewerLeave] = asyncio.Queue()
         self.registered = asyncio.Event()
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -112,11 +116,21 @@ class FakeWorker:
             ]
             self.sessions.add(message.session_id)
             self.opened.append(message.session_id)
+            self.names[message.session_id] = message.name
             await self._send(SessionOpened(message.session_id, 64, 64, 10.0, "H264"))
         elif isinstance(message, SessionOffer):
             await self._send(WorkerAnswer(message.session_id, PLACEHOLDER_SDP))
         elif isinstance(message, CloseSession):
             await self.end_session(message.session_id, message.reason)
+        elif isinstance(message, ViewerOffer | ViewerIce | ViewerLeave):
+            self.viewer_requests.put_nowait(message)
+            if isinstance(message, ViewerOffer):
+                answer = ViewerAnswer(message.session_id, message.viewer_id, PLACEHOLDER_SDP)
+                await self._send(answer)
+
+    async def send_message(self, message: Any) -> None:
+        """A well-formed message of the worker protocol (a viewer's `viewer.ended`, say)."""
+        await self._send(message)
 
     async def _beat(self) -> None:
         while True:

@@ -44,11 +44,11 @@ PENDING_LOSSES_KEY = web.AppKey("pending_losses", set)
 
 
 async def _socket(
-    request: web.Request, allowed: tuple[Role, ...]
+    request: web.Request, allowed: tuple[Role, ...], watching: bool = False
 ) -> tuple[web.WebSocketResponse, Identity]:
     # the Origin and Host were checked before the route (request_guard: an upgrade is checked
     # as a state-changing request is)
-    identity = authenticate(request, allowed)
+    identity = authenticate(request, allowed, watching)
     ws = web.WebSocketResponse(
         max_msg_size=WS_TRANSPORT_LIMIT, compress=False, heartbeat=WS_HEARTBEAT_S,
         protocols=(SUBPROTOCOL,),
@@ -58,7 +58,7 @@ async def _socket(
 
 
 async def browser_socket(request: web.Request) -> web.StreamResponse:
-    ws, identity = await _socket(request, BROWSER_ROLES)
+    ws, identity = await _socket(request, BROWSER_ROLES, watching=True)
     ctx = ctx_of(request)
     ctx.metrics.connections.inc()
     ctx.browser_sockets.add(ws)

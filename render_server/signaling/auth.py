@@ -48,6 +48,7 @@ class Identity:
     subject: str
     role: Role
     anonymous: bool = False
+    session: str | None = None  # a share link's token: it may only watch this session
 
 
 def load_keys(secret: str | None, key_file: Path | None) -> dict[str, bytes]:
@@ -131,7 +132,8 @@ class Authenticator:
             raise AuthError("unauthorized", f"the token's role {claimed!r} is unknown")
         if token_role not in allowed:
             raise AuthError("forbidden", f"a {token_role} token cannot open this endpoint")
-        return Identity(str(claims["sub"]), token_role)
+        bound = claims.get("sid")
+        return Identity(str(claims["sub"]), token_role, session=str(bound) if bound else None)
 
 
 def token_from_headers(headers: Mapping[str, str]) -> str | None:

@@ -1,7 +1,9 @@
 """One browser's signaling socket: parse, check, and hand the messages to its session.
 
 The session's role is the socket's token's, on a start and on a resume alike; its caps count
-the token's subject and the socket's client address (`SessionTable.create`)."""
+the token's subject and the socket's client address (`SessionTable.create`). A socket either
+holds a session (start, resume; its controller may share it) or watches one (`session.watch`
+with a share link's token, `viewer.py`); a share link's token does nothing but watch."""
 
 from __future__ import annotations
 
@@ -16,17 +18,22 @@ from render_server.protocol.signaling import (
     ServerMessage,
     SessionEnd,
     SessionResume,
+    SessionShare,
+    SessionShared,
     SessionStart,
+    SessionWatch,
     parse_client_message,
 )
 from render_server.protocol.wire import encode_message
 from render_server.signaling.access import refusal
 from render_server.signaling.audit import audit, audit_refusal
-from render_server.signaling.auth import Identity
+from render_server.signaling.auth import AuthError, Identity
 from render_server.signaling.faults import is_outage
 from render_server.signaling.message_guard import MessageGuard
 from render_server.signaling.session import ENDED, SessionHandle
 from render_server.signaling.session_table import SessionTable
+from render_server.signaling.share_links import DEFAULT_TTL_S
+from render_server.signaling.viewer import ViewerHandle
 
 MESSAGE_RATE_PER_S = 20.0
 MESSAGE_BURST = 60  # a burst of trickled ICE candidates
@@ -46,6 +53,7 @@ class BrowserConnection:
         self.identity = identity
         self.address = address  # edge.client_address of the upgrade request
         self.handle: SessionHandle | None = None
+        self.viewer: ViewerHandle | None = None  # what this socket watches, if it does
         self.guard = MessageGuard(
             ws, self.ctx.metrics, identity.subject, channel="signaling",
             rate_per_s=MESSAGE_RATE_PER_S, burst=MESSAGE_BURST,
@@ -79,6 +87,8 @@ class BrowserConnection:
         finally:
             if self.handle is not None and self.handle.state != ENDED:
                 self.handle.detach(self._send)
+            if self.viewer is not None:
+                await self.viewer.leave("left")
 
     def _read(self, msg: WSMessage) -> ClientMessage | None:
         """The message of a text frame (within the rate), or ProtocolError; None for a frame
@@ -100,6 +110,28 @@ class BrowserConnection:
         return None
 
     async def _dispatch(self, message: ClientMessage) -> None:
+        if isinstance(message, SessionWatch):
+            await self._watch(message)
+            return
+        if self.identity.session is not None and isinstance(
+            message, SessionStart | SessionResume | SessionShare
+        ):
+            raise ProtocolError(ErrorCode.FORBIDDEN, "a share link's token can only watch")
+        viewer = self.viewer if self.viewer is not None and self.viewer.live else None
+        if viewer is not None and not isinstance(message, SessionStart | SessionResume):
+            if isinstance(message, Offer):
+                await viewer.offer(message.sdp)
+            elif isinstance(message, IceCandidate):
+                await viewer.ice(message)
+            elif isinstance(message, SessionEnd):
+                await viewer.leave()
+            else:
+                raise ProtocolError(ErrorCode.BAD_ORDER, "a viewer cannot share the session")
+            return
+        if viewer is not None:
+            raise ProtocolError(ErrorCode.BAD_ORDER, "this socket watches a session: end it first")
+        if self.viewer is not None and isinstance(message, IceCandidate):
+            return  # candidates trickling in after the watch ended: dropped quietly
         handle = self.handle if self.handle is not None and self.handle.state != ENDED else None
         if handle is not None and not handle.attached(self._send):
             # another socket resumed the session (perhaps with another role): this one may
@@ -127,6 +159,8 @@ class BrowserConnection:
             await handle.ice(message)
         elif isinstance(message, SessionEnd):
             await handle.end()
+        elif isinstance(message, SessionShare):
+            await self._share(handle, message)
 
     async def _start(self, message: SessionStart) -> None:
         self.handle, _ = await self.sessions.create(
@@ -157,6 +191,49 @@ class BrowserConnection:
         self.handle = handle
         handle.attach(self._send)
         await handle.take_over()
+
+    async def _share(self, handle: SessionHandle, message: SessionShare) -> None:
+        if handle.record.role != "controller":
+            raise ProtocolError(ErrorCode.FORBIDDEN, "only the session's controller may share it")
+        link = self.ctx.share_links.mint(
+            handle.session_id, message.ttl_s or DEFAULT_TTL_S, message.page_url
+        )
+        self.ctx.metrics.shares.inc()
+        audit("audit.session.share", session=handle.session_id, subject=self.identity.subject,
+              expires_at=link.expires_at)  # fmt: skip
+        await self._send(
+            SessionShared(handle.session_id, link.token, link.expires_at, link.url, link.qr_svg)
+        )
+
+    async def _watch(self, message: SessionWatch) -> None:
+        """Watch the session a share link names; the watch this socket had ends first."""
+        if (
+            self.handle is not None
+            and self.handle.state != ENDED
+            and self.handle.attached(self._send)
+        ):
+            raise ProtocolError(ErrorCode.BAD_ORDER, "this socket holds a session: end it first")
+        outcomes = self.ctx.metrics.watches
+        try:
+            sid = self.ctx.share_links.session_of(message.token)
+        except AuthError as exc:
+            outcomes.labels("unauthorized").inc()
+            audit_refusal("audit.watch.refused", subject=self.identity.subject,
+                          reason=exc.message)  # fmt: skip
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, exc.message) from None
+        if self.identity.session not in (None, sid):
+            outcomes.labels("forbidden").inc()
+            raise ProtocolError(ErrorCode.FORBIDDEN, "this socket's token is for another session")
+        if await self.ctx.store.get(sid) is None:
+            outcomes.labels("unknown_session").inc()
+            raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "the shared session has ended")
+        if self.viewer is not None:
+            await self.viewer.leave("rewatch")
+        outcomes.labels("watching").inc()
+        audit("audit.session.watch", session=sid, subject=self.identity.subject,
+              address=self.address)  # fmt: skip
+        self.viewer = ViewerHandle(self.ctx, sid, message.name or "viewer", self._send)
+        await self.viewer.start()
 
     async def _send(self, message: ServerMessage) -> None:
         await self.guard.send(encode_message(message))

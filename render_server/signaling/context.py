@@ -14,6 +14,7 @@ from render_server.config import ServerConfig
 from render_server.metrics import Metrics
 from render_server.signaling.auth import Authenticator, load_keys
 from render_server.signaling.channels import Channels
+from render_server.signaling.share_links import ShareLinks
 from render_server.signaling.state.bus import connect_bus
 from render_server.signaling.state.outage import StateHealth
 from render_server.signaling.state.redis_registry import connect_registry
@@ -35,6 +36,8 @@ class SignalingContext:
     # whether the shared state (Redis) answers, as this replica's loops and probes found it
     state_health: StateHealth = field(default_factory=StateHealth)
     stopping: bool = False  # shutting down: no longer ready (/readyz answers 503)
+    # viewer links to sessions (signed with the first key; a key made now where there is none)
+    share_links: ShareLinks = field(default_factory=lambda: ShareLinks({}))
 
     async def close(self) -> None:
         await self.channels.close()
@@ -50,7 +53,10 @@ async def connect_context(config: ServerConfig, metrics: Metrics) -> SignalingCo
     bus = await connect_bus(config.registry_url)
     store = await connect_session_store(config.registry_url)
     replica = config.replica_id or default_replica_id()
-    return SignalingContext(config, registry, Channels(bus), store, metrics, auth, replica)
+    return SignalingContext(
+        config, registry, Channels(bus), store, metrics, auth, replica,
+        share_links=ShareLinks(auth.keys),
+    )  # fmt: skip
 
 
 def default_replica_id() -> str:

@@ -32,12 +32,19 @@ def sessions_of(request: web.Request) -> SessionTable:
     return request.app[SESSIONS_KEY]
 
 
-def authenticate(request: web.Request, allowed: tuple[Role, ...]) -> Identity:
-    """The caller's identity, or a refusal (401/403) that is logged and counted."""
+def authenticate(
+    request: web.Request, allowed: tuple[Role, ...], watching: bool = False
+) -> Identity:
+    """The caller's identity, or a refusal (401/403) that is logged and counted. A share
+    link's token (bound to one session) opens only the browser socket, to watch (`watching`):
+    a link's holder neither starts sessions nor reads the fleet."""
     ctx = ctx_of(request)
     token = token_from_headers(request.headers)
     try:
-        return ctx.auth.verify(token, allowed)
+        identity = ctx.auth.verify(token, allowed)
+        if identity.session is not None and not watching:
+            raise AuthError("forbidden", "a share link's token can only watch its session")
+        return identity
     except AuthError as exc:
         ctx.metrics.rejected.labels(exc.code).inc()
         audit_refusal("audit.auth.rejected", path=request.path, peer=request.remote,

@@ -15,10 +15,9 @@ from render_server.protocol.errors import ProtocolError
 from render_server.protocol.worker import (
     Heartbeat,
     Register,
-    SessionReply,
+    ToSignaling,
     WorkerDraining,
     WorkerLeaving,
-    WorkerNotice,
     WorkerRequest,
 )
 from render_server.signaling.context import SignalingContext
@@ -49,7 +48,7 @@ class LocalWorkerLink:
         assert self._relay is not None and self._info is not None, "open() first"
         await self._relay.heartbeat(self._info, beat.load, beat.session_ids)
 
-    async def send(self, reply: SessionReply | WorkerNotice) -> None:
+    async def send(self, reply: ToSignaling) -> None:
         assert self._relay is not None and self._info is not None, "open() first"
         if isinstance(reply, WorkerDraining):
             self._info = replace(self._info, draining=True)

@@ -15,6 +15,7 @@ from typing import Any
 from render_server.logs import session_logger
 from render_server.protocol.bus import Assigned, WorkerLost
 from render_server.protocol.errors import ErrorCode, ProtocolError
+from render_server.protocol.viewers import ViewerReply
 from render_server.protocol.worker import (
     PROCESS_LOST,
     CloseSession,
@@ -63,8 +64,9 @@ class WorkerRelay:
             await tell_lost(self.ctx, self.worker_id, result.released, "not_served")
         await publish_assignments(self.ctx, result.served)
 
-    async def from_worker(self, reply: SessionReply) -> None:
-        """What the worker says about one of its sessions; ProtocolError if it is not its."""
+    async def from_worker(self, reply: SessionReply | ViewerReply) -> None:
+        """What the worker says about one of its sessions (or to one of a session's viewers);
+        ProtocolError if it is not its."""
         sid = reply.session_id
         registry = self.ctx.registry
         holder = await registry.worker_of(sid)
@@ -75,7 +77,10 @@ class WorkerRelay:
                 audit("audit.worker.forged", worker=self.worker_id, session=sid)
                 raise ProtocolError(ErrorCode.FORBIDDEN, "that session is not on this worker")
             return  # a late message for a session already released: nothing to route
-        if isinstance(reply, WorkerSessionEnded):
+        if isinstance(reply, ViewerReply):
+            # a worker a session moved away from still tells its viewers they must go
+            await self.ctx.channels.to_viewer(reply.viewer_id, reply)
+        elif isinstance(reply, WorkerSessionEnded):
             await self._ended(sid, reply.reason, holder)
         elif holder == self.worker_id:  # from an old worker of a moved session: no news
             await self.ctx.channels.to_session(sid, reply)

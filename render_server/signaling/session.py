@@ -55,6 +55,7 @@ from render_server.protocol.worker import (
 from render_server.signaling.audit import audit
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import REGISTRY_LEASE_S, WorkerRelay, publish_assignments
+from render_server.signaling.share_links import owner_name
 from render_server.signaling.state.registry import MOVE_AHEAD_US, Claim, Ticket
 from render_server.signaling.state.session_store import SessionRecord
 from render_server.signaling.timers import Timers
@@ -64,8 +65,7 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[ServerMessage], Awaitable[None]]
 
-# states
-QUEUED, OPENING, OPEN, ENDED = "queued", "opening", "open", "ended"
+QUEUED, OPENING, OPEN, ENDED = "queued", "opening", "open", "ended"  # a handle's states
 
 CLOSE_ACK_S = 5.0  # a close unanswered this long is sent again, then the slot freed without it
 
@@ -243,9 +243,8 @@ class SessionHandle:
             config.turn_ttl_s,
         )  # fmt: skip
         self._timers.start("open", self._open_deadline(worker_id))
-        request = OpenSession(
-            self.session_id, self.record.role, self._ice_servers, self.handed_state
-        )
+        state, name = self.handed_state, owner_name(self.record.owner)
+        request = OpenSession(self.session_id, self.record.role, self._ice_servers, state, name)
         await self.ctx.channels.to_worker(worker_id, request)
 
     async def _open_deadline(self, worker_id: str) -> None:
