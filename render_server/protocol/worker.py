@@ -20,13 +20,13 @@ from render_server.protocol.viewers import (
     VIEWER_REQUESTS,
     ViewerReply,
     ViewerRequest,
-    display_name,
 )
 from render_server.protocol.wire import (
     RELAYED_JSON,
     Document,
     WireMessage,
     decode_document,
+    display_name,
     int_field,
     json_object_field,
     labels_field,
