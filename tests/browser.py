@@ -14,7 +14,10 @@ from render_server.tools.measure.browser import CHROMIUM_ARGS as MEASURE_CHROMIU
 from render_server.tools.measure.browser import find_chromium
 from render_server.tools.measure.client import MeasureError
 
-__all__ = ["CHROMIUM_ARGS", "chromium_page", "chromium_path", "free_port", "serve_process"]
+__all__ = [
+    "CHROMIUM_ARGS", "chromium_page", "chromium_path", "chromium_process", "free_port",
+    "serve_process",
+]  # fmt: skip
 
 # the flags and the search are the ones `render-server latency --client chromium` uses
 CHROMIUM_ARGS = list(MEASURE_CHROMIUM_ARGS)
@@ -67,3 +70,57 @@ def serve_process(
         *args, log_path=log_path, timeout=timeout, env=env, launcher=launcher, cwd=ROOT
     ) as server:
         yield server.url
+
+
+@contextlib.contextmanager
+def chromium_process(log_dir: Path, width: int = 640, height: int = 360) -> Iterator[Any]:
+    """A page of a headless Chromium started as a process of its own (its own process group),
+    driven over CDP: a test can freeze the whole browser (`os.killpg(page.pgid, SIGSTOP)`), its
+    network included, as a laptop that sleeps or a tab the OS stopped would be."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    profile = log_dir / "chromium-profile"
+    profile.mkdir(parents=True, exist_ok=True)
+    log = (log_dir / "chromium.log").open("w+")
+    proc = subprocess.Popen(
+        [chromium_path(), "--headless=new", *CHROMIUM_ARGS, f"--user-data-dir={profile}",
+         "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        endpoint = None
+        while endpoint is None:
+            log.seek(0)
+            found = re.search(r"DevTools listening on (ws://\S+)", log.read())
+            if found:
+                endpoint = found.group(1)
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Chromium did not start: {(log_dir / 'chromium.log').read_text()}")
+            else:
+                time.sleep(0.1)
+        with sync_playwright() as p:
+            browser = p.chromium.connect_over_cdp(endpoint)
+            context = browser.contexts[0]
+            page = context.pages[0] if context.pages else context.new_page()
+            page.set_viewport_size({"width": width, "height": height})
+            page.on("console", lambda m: print(f"[chromium2 {m.type}] {m.text}"))
+            page.pgid = proc.pid  # type: ignore[attr-defined]
+            try:
+                yield page
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+                with contextlib.suppress(Exception):
+                    browser.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        log.close()

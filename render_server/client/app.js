@@ -1,7 +1,9 @@
 // The designer page: a full-window stream with a toolbar (quality, bitrate cap, mouse capture,
-// stats, fullscreen) and a stats panel. Everything stream-related lives in the SDK.
+// stats, fullscreen, share) and a stats panel. Everything stream-related lives in the SDK;
+// sharing (the Share panel, viewer mode for #watch=<token>, presence) in share-panel.js.
 import { NO_BITRATE_CAP, RenderStream, STAGES, State, parseSize } from './render-stream.js';
 import { MODEL_ACCEPT } from './scene-upload.js';
+import { setupSharing, viewerMode, watchEndSentence } from './share-panel.js';
 import { showStatus } from './status.js';
 
 const $ = (id) => document.getElementById(id);
@@ -12,8 +14,13 @@ const stage = $('stage');
 const fragment = new URLSearchParams(location.hash.slice(1));
 // ?codec=VP8 (or VP8,AV1): the codecs the stream may arrive in, best first; default: the SDK's
 const codecs = (new URLSearchParams(location.search).get('codec') || '').split(',').filter(Boolean);
-const stream = new RenderStream(stage, { token: fragment.get('token'), codecs: codecs.length ? codecs : null });
+// a share link (#watch=<token>) opens the page as a viewer: it watches someone's session
+const watching = viewerMode();
+const stream = new RenderStream(stage, {
+  token: fragment.get('token'), codecs: codecs.length ? codecs : null, watch: watching,
+});
 window.renderStream = stream;  // for tests and the browser console
+setupSharing(stream, { watching });
 
 // while streaming, the status line says only how to release a captured mouse
 const streamingStatus = (locked) => (locked ? 'Mouse captured: Esc releases it' : '');
@@ -25,6 +32,8 @@ const REASONS = {
   worker_disconnected: 'the worker went away: moving to another one',
   heartbeat_timeout: 'the worker stopped answering: moving to another one',
   worker_draining: 'the worker is being replaced: moving your session, camera and edits',
+  moved: 'the session moves to another worker',
+  not_streaming: 'the session is not streaming right now',
 };
 
 stream.addEventListener('state', ({ detail }) => {
@@ -34,8 +43,10 @@ stream.addEventListener('state', ({ detail }) => {
     case State.STREAMING: showStatus(streamingStatus(stream.capture?.locked)); break;
     case State.QUEUED: showStatus('Every worker is busy: waiting in line…'); break;
     case State.RECONNECTING: showStatus(`Reconnecting (${REASONS[detail.reason] || detail.reason})…`); break;
-    case State.ENDED: showStatus(`Session ended (${detail.reason || 'closed'}). Reload to start again.`); break;
-    case State.ERROR: showStatus(`Error: ${detail.reason}`, true); break;
+    case State.ENDED:
+      showStatus((watching && watchEndSentence(detail)) || `Session ended (${detail.reason || 'closed'}). Reload to start again.`);
+      break;
+    case State.ERROR: showStatus((watching && watchEndSentence(detail)) || `Error: ${detail.reason}`, true); break;
     default: break;
   }
 });

@@ -25,12 +25,14 @@ function post(message) {
   }
 }
 
-function connect({ token = fragment.get('token'), quality = params.get('quality') } = {}) {
+// a share link's token (#watch=<token>, or `watch` in `connect`) watches that session instead
+function connect({ token = fragment.get('token'), quality = params.get('quality'), watch = fragment.get('watch') } = {}) {
   if (embed.stream) return;
   const codecs = (params.get('codec') || '').split(',').filter(Boolean);
   const stream = new RenderStream(stage, {
     token, quality: quality || null, pointerLock: params.get('pointerLock') === '1',
     codecs: codecs.length ? codecs : null,
+    watch: typeof watch === 'string' ? { token: watch, name: params.get('name') } : null,
   });
   embed.stream = stream;
   window.renderStream = stream;
@@ -45,6 +47,7 @@ function connect({ token = fragment.get('token'), quality = params.get('quality'
   stream.addEventListener('queue', ({ detail }) => post({ type: 'queue', ...detail }));
   stream.addEventListener('stats', ({ detail }) => post({ type: 'stats', stats: detail }));
   stream.addEventListener('quality', ({ detail }) => post({ type: 'quality', quality: detail }));
+  stream.addEventListener('presence', ({ detail }) => post({ type: 'presence', presence: detail }));
   stream.addEventListener('error', ({ detail }) => {
     if (detail.id === undefined) post({ type: 'error', code: detail.code, message: detail.message });
   });
@@ -55,7 +58,10 @@ async function handle(message) {
   const stream = embed.stream;
   switch (message.type) {
     case 'connect':
-      connect({ token: typeof message.token === 'string' ? message.token : null, quality: message.quality });
+      connect({
+        token: typeof message.token === 'string' ? message.token : null, quality: message.quality,
+        watch: typeof message.watch === 'string' ? message.watch : null,
+      });
       break;
     case 'input':
       if (message.event && typeof message.event === 'object') stream?.sendInput(message.event);
@@ -116,7 +122,7 @@ if (window.parent === window) {
 } else if (!allowed.has(parentOrigin)) {
   showStatus(`This stream may not be embedded in ${parentOrigin || 'this page'}.`, true);
 } else {
-  if (fragment.has('token') || params.get('connect') === '1') connect();
+  if (fragment.has('token') || fragment.has('watch') || params.get('connect') === '1') connect();
   post({ type: 'ready' });
 }
 // the session ends with the page, its slot freed at once: Firefox closes the page's sockets

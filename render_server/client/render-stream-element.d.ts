@@ -4,8 +4,11 @@ import type { LoadedScene, RenderStream, SceneProgress } from './render-stream.j
 /**
  * `<render-stream server="https://render.example" token="…" quality="window"></render-stream>`.
  * Attributes: server, token, quality ("window" or "WxH"), max-kbps, codecs, pointer-lock,
- * no-input, accept-models (a dropped model file is opened; the outcome is a `scene` event).
- * Re-dispatches the stream's events: state, queue, stats, quality, error, message, sceneprogress.
+ * no-input, accept-models (a dropped model file is opened; the outcome is a `scene` event),
+ * watch-token (a share link's token: watch that shared session instead of starting one) with
+ * viewer-name (how the session's other pages see this one).
+ * Re-dispatches the stream's events: state, queue, stats, quality, presence, error, message,
+ * sceneprogress.
  */
 export declare class RenderStreamElement extends HTMLElement {
   readonly stream: RenderStream | null;

@@ -2,12 +2,13 @@
 // line of HTML. Attributes: server, token, quality ("window", or "1280x720"), max-kbps,
 // codecs ("VP8,H264": the codecs it may arrive in, best first), pointer-lock (boolean),
 // no-input (boolean), accept-models (boolean: a model file dropped on it is opened, as
-// `loadScene` does). The element re-dispatches the stream's events
-// (state, queue, stats, quality, error, message) and exposes the stream as `.stream`.
+// `loadScene` does), watch-token (a share link's token: watch that shared session instead of
+// starting one) with viewer-name. The element re-dispatches the stream's events
+// (state, queue, stats, quality, presence, error, message) and exposes the stream as `.stream`.
 
 import { RenderStream, parseSize } from './render-stream.js';
 
-const FORWARDED = ['state', 'queue', 'stats', 'quality', 'error', 'message', 'sceneprogress'];
+const FORWARDED = ['state', 'queue', 'stats', 'quality', 'presence', 'error', 'message', 'sceneprogress'];
 
 function parseQuality(text, maxKbps) {
   if (text === 'window') return 'window';
@@ -32,6 +33,8 @@ export class RenderStreamElement extends HTMLElement {
       pointerLock: this.hasAttribute('pointer-lock'),
       quality: parseQuality(this.getAttribute('quality'), this.getAttribute('max-kbps')),
       codecs: (this.getAttribute('codecs') || '').split(',').filter(Boolean),
+      watch: this.hasAttribute('watch-token')
+        ? { token: this.getAttribute('watch-token'), name: this.getAttribute('viewer-name') } : null,
     });
     for (const type of FORWARDED) {
       this.stream.addEventListener(type, (event) => {

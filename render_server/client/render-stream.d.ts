@@ -85,7 +85,65 @@ export interface RenderStreamOptions {
    * H.264, VP8, AV1. Only a worker that sends one of them is chosen.
    */
   codecs?: string[] | null;
+  /**
+   * Watch a session someone shared instead of starting one (docs/sharing.md): `token` is the
+   * share link's (its `#watch=` fragment; it also opens the socket), `name` (1–40 printable
+   * characters, default "viewer") how the session's other pages see this one.
+   */
+  watch?: WatchOptions | null;
 }
+
+export interface WatchOptions {
+  token: string;
+  name?: string | null;
+}
+
+/** A link that lets others watch the session live (`session.shared`). */
+export interface ShareLink {
+  /** The share token: `RenderStream.watch(element, {token})` watches with it. */
+  token: string;
+  /** The page's URL with `#watch=<token>` (null where no `pageUrl` was given). */
+  url: string | null;
+  /** Unix seconds: no one may start watching with the link after this. */
+  expiresAt: number;
+  /** The URL's QR code, an SVG document made by the server (null without `url`). */
+  qrSvg: string | null;
+  sessionId: string;
+}
+
+export interface Peer {
+  /** `'owner'` for the session's own page, a viewer's `viewerId` for a viewer. */
+  id: string;
+  name: string;
+  role: 'owner' | 'viewer';
+}
+
+/** Who is connected to the session and who steers (the worker's `presence` message). */
+export interface Presence {
+  type: 'presence';
+  /** This page's peer id. */
+  you: string;
+  /** The peer id of the page whose input moves the camera. */
+  steering: string;
+  maxViewers: number;
+  peers: Peer[];
+}
+
+/** The session a viewer watches (`session.watching`). */
+export interface WatchInfo {
+  type: 'session.watching';
+  sessionId: string;
+  viewerId: string;
+  role: 'viewer';
+  /** The codec that arrives, once answered. */
+  codec?: string;
+  iceServers?: RTCIceServer[];
+}
+
+/** Codes of `viewer.ended`, the reason a viewer's stream ended. */
+export type WatchEndCode =
+  | 'session_ended' | 'moved' | 'too_many_viewers' | 'sharing_off' | 'peer_lost'
+  | 'not_streaming' | 'bad_offer' | (string & {});
 
 export interface SessionInfo {
   type: 'session.started';
@@ -238,6 +296,7 @@ export interface RenderStreamEventMap {
   stats: CustomEvent<StreamStats>;
   quality: CustomEvent<AppliedQuality>;
   error: CustomEvent<ErrorDetail>;
+  presence: CustomEvent<Presence>;
   message: CustomEvent<Record<string, unknown>>;
 }
 
@@ -275,13 +334,32 @@ export declare class UploadError extends Error {
 export declare class RenderStream extends EventTarget {
   /** Connects `element` and resolves once the first frame plays. */
   static connect(element: HTMLElement, options?: RenderStreamOptions): Promise<RenderStream>;
+  /**
+   * Watches a shared session with its link's `token` (as `connect` with `watch`); resolves
+   * once the first frame plays, rejects with `unauthorized` for an expired or bad link.
+   */
+  static watch(element: HTMLElement, options: Omit<RenderStreamOptions, 'watch'> & WatchOptions): Promise<RenderStream>;
   constructor(element: HTMLElement, options?: RenderStreamOptions);
 
   readonly video: HTMLVideoElement;
   readonly container: HTMLElement;
   readonly state: StreamState;
   readonly reason: string;
-  readonly session: SessionInfo | null;
+  readonly session: SessionInfo | WatchInfo | null;
+  /** Watch mode: the share token watched with (null for a page that started its session). */
+  readonly watchToken: string | null;
+  /** Watch mode: the name the other pages see. */
+  readonly viewerName: string | null;
+  /** Watch mode: this page's peer id in `presence`, from `session.watching`. */
+  readonly viewerId: string | null;
+  /** The worker's last `presence`: who is connected, who steers (null before the first). */
+  readonly presence: Presence | null;
+  /**
+   * Whether this page's input moves the camera: `presence.steering === presence.you` (before
+   * the first `presence`: true for the owner, false for a viewer). Steering input (pointer,
+   * wheel, key, touch, gamepad, blur) is not sent while false.
+   */
+  readonly steering: boolean;
   /** The session's id from its first `queue` or `session.started` message. */
   readonly sessionId: string | null;
   readonly quality: AppliedQuality | null;
@@ -303,6 +381,17 @@ export declare class RenderStream extends EventTarget {
   latency(): StreamLatency;
   setQuality(quality: Quality | 'window' | null): Promise<AppliedQuality>;
   requestKeyframe(): boolean;
+  /**
+   * Mints a link that lets others watch this session live (the owner only): `ttlS` 60 s … 7
+   * days (default the server's, 1 hour), `pageUrl` the page viewers open (default this page:
+   * `location.origin + location.pathname`). Rejects with a RenderStreamError (`forbidden`,
+   * `not_connected`, `timeout`, or the server's code).
+   */
+  share(options?: { ttlS?: number | null; pageUrl?: string | null }): Promise<ShareLink>;
+  /** Hands control to a peer of `presence` (its `id`): the owner at any time, or the steering peer. */
+  handControl(peerId: string): Promise<unknown>;
+  /** The owner takes control back. */
+  takeControl(): Promise<unknown>;
   /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay, loadScene). */
   command<T = unknown>(name: string, args?: Record<string, unknown>): Promise<T>;
   /** Uploads the designer's model and switches the session to it (docs/scenes.md). */

@@ -33,12 +33,15 @@ const DEFAULT_RECONNECT = Object.freeze({ attempts: 8, baseDelayMs: 250, maxDela
 const PEER_DISCONNECT_GRACE_MS = 1500;  // ICE "disconnected" often heals by itself
 const PEER_CONNECT_TIMEOUT_MS = 10000;
 const REQUEST_TIMEOUT_MS = 10000;
+const SHARE_TIMEOUT_MS = 10000;
 const RESIZE_DEBOUNCE_MS = 300;
 const PING_FIRST_MS = 100;  // five quick pings align the clocks at once, then one a second
 const PING_EVERY_MS = 1000;
 // input that steers the camera: numbered, so that frames can say which input they show
 const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
-// errors on resume that no retry can fix
+// input that a page sends only while it steers (`presence`): anyone else's is refused
+const STEERING_ONLY = new Set([...STEERING, 'blur']);
+// errors on resume (or on watching again) that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
 // a session that ended with one of these failed: the `error` event fires too
 const FAILURE_ENDINGS = new Set(['worker_failed', 'no_capacity', 'open_timeout', 'lease_expired']);
@@ -84,7 +87,11 @@ export function parseSize(text) {
  * a <video> in it and, unless `input: false`, captures mouse, keys, touch and gamepad on it).
  *
  * Events: `state` {state, reason}, `queue` {position}, `stats` (figures, once a second),
- * `quality` (what the worker applied), `error` {code, message}, `message` (other worker messages).
+ * `quality` (what the worker applied), `presence` (who is connected, who steers), `error`
+ * {code, message}, `message` (other worker messages).
+ *
+ * With `watch: {token, name}` (or `RenderStream.watch`) it watches a session someone shared
+ * (docs/sharing.md) instead of starting one: the same stream, no steering until handed control.
  */
 export class RenderStream extends EventTarget {
   /** Connects and resolves once the first frame plays; rejects with the reason it cannot. */
@@ -93,10 +100,18 @@ export class RenderStream extends EventTarget {
     return stream.start().then(() => stream);
   }
 
+  /**
+   * Watches a shared session: `token` is the share link's (its `#watch=` fragment), `name` how
+   * the session's other pages see this one. Resolves once the first frame plays.
+   */
+  static watch(element, { token, name = null, ...options } = {}) {
+    return RenderStream.connect(element, { ...options, watch: { token, name } });
+  }
+
   constructor(element, {
     server = location.origin, path = '/ws', token = null, requirements = null,
     input = true, pointerLock = false, quality = null, statsIntervalMs = 1000,
-    reconnect = DEFAULT_RECONNECT, codecs = null,
+    reconnect = DEFAULT_RECONNECT, codecs = null, watch = null,
   } = {}) {
     super();
     if (element instanceof HTMLVideoElement) {
@@ -113,6 +128,12 @@ export class RenderStream extends EventTarget {
     this.server = server;
     this.path = path;
     this.token = token;
+    // watch mode: the share link's token opens the socket and names the session to watch
+    this.watchToken = watch ? String(watch.token ?? '') : null;  // '' is refused by the server
+    this.viewerName = watch?.name || null;
+    this.viewerId = null;  // this page's peer id in `presence`, from `session.watching`
+    this.presence = null;  // the worker's last `presence` message: who is connected, who steers
+    this.steering = this.watchToken === null;  // whether this page's input moves the camera
     this.requirements = requirements;
     // the codecs to ask for, best first (codecs.js): sent with `session.start`, so that only a
     // worker that sends one of them is chosen, and set as the offer's order
@@ -134,6 +155,8 @@ export class RenderStream extends EventTarget {
     this._wantedQuality = normalizeQuality(quality);
     this._nextId = 1;
     this._pending = new Map();  // request id → {resolve, reject, timer}
+    this._shares = [];  // share() calls awaiting `session.shared`, oldest first
+    this._watchSent = false;  // a `session.watch` awaits its `session.watching`
     this._qualityWaiters = [];
     this._attempt = 0;
     this._retryTimer = null;
@@ -170,6 +193,8 @@ export class RenderStream extends EventTarget {
    */
   sendInput(event, timeStamp = performance.now()) {
     if (!this.input || this.input.readyState !== 'open') return false;
+    // someone else steers: the worker would refuse it (a viewer, or the owner after a hand-over)
+    if (!this.steering && STEERING_ONLY.has(event.type)) return false;
     const steering = STEERING.has(event.type);
     if (steering) {
       const seq = ++this._inputSeq;
@@ -198,6 +223,42 @@ export class RenderStream extends EventTarget {
     this._wantedQuality = normalizeQuality(quality);
     return this._sendQuality();
   }
+
+  /**
+   * Mints a link that lets others watch this session live (its owner only; docs/sharing.md):
+   * `ttlS` how long the link lets viewers join (60 s … 7 days, default the server's 1 hour),
+   * `pageUrl` the page viewers open (default this one). Resolves with
+   * `{token, url, expiresAt, qrSvg, sessionId}`; rejects with a RenderStreamError.
+   */
+  share({ ttlS = null, pageUrl = location.origin + location.pathname } = {}) {
+    return new Promise((resolve, reject) => {
+      if (this.watchToken !== null) {
+        reject(new RenderStreamError('forbidden', 'a viewer cannot share the session'));
+        return;
+      }
+      if (!this.session || !this.ws || this.ws.readyState !== WebSocket.OPEN
+          || (this.state !== State.STREAMING && this.state !== State.RECONNECTING)) {
+        reject(new RenderStreamError('not_connected', 'no session to share yet'));
+        return;
+      }
+      const waiter = { resolve, reject };
+      waiter.timer = setTimeout(() => {
+        this._shares = this._shares.filter((w) => w !== waiter);
+        reject(new RenderStreamError('timeout', `no share link in ${SHARE_TIMEOUT_MS} ms`));
+      }, SHARE_TIMEOUT_MS);
+      this._shares.push(waiter);
+      const message = { type: 'session.share' };
+      if (pageUrl) message.pageUrl = pageUrl;
+      if (ttlS !== null && ttlS !== undefined) message.ttlS = ttlS;
+      this._send(message);
+    });
+  }
+
+  /** Hands control (steering) to a peer of `presence` (its `id`; `'owner'` for the owner). */
+  handControl(peerId) { return this.command('control.hand', { to: peerId }); }
+
+  /** The owner takes control back from whichever viewer steers. */
+  takeControl() { return this.command('control.take'); }
 
   /** Asks the worker for a keyframe (rate-limited on the worker). */
   requestKeyframe() { return this.sendInput({ type: 'keyframe' }); }
@@ -268,7 +329,8 @@ export class RenderStream extends EventTarget {
   _openSocket(resume) {
     // the token rides in a subprotocol: browsers cannot set headers on a WebSocket, and a
     // token in the URL would end up in logs
-    const protocols = this.token ? [SUBPROTOCOL, `bearer.${this.token}`] : [SUBPROTOCOL];
+    const bearer = this.watchToken || this.token;
+    const protocols = bearer ? [SUBPROTOCOL, `bearer.${bearer}`] : [SUBPROTOCOL];
     let ws;
     try {
       ws = new WebSocket(signalingUrl(this.server, this.path), protocols);
@@ -278,6 +340,10 @@ export class RenderStream extends EventTarget {
     }
     this.ws = ws;
     ws.onopen = async () => {
+      if (this.watchToken !== null) {
+        this._sendWatch();
+        return;
+      }
       if (resume) {
         this._send({ type: 'session.resume', ...resume });
         return;
@@ -292,7 +358,11 @@ export class RenderStream extends EventTarget {
       this.ws = null;
       if (TERMINAL.has(this.state)) return;
       const why = `signaling socket closed (${event.code}${event.reason ? ': ' + event.reason : ''})`;
-      if (this.sessionId && this.resumeToken) {
+      if (this.watchToken !== null && this.sessionId) {
+        // closing the socket stopped the watch: watch again on a new one
+        this._suspend('signaling_lost');
+        this._retry(() => this._openSocket(null), why, RESUME_AT_ONCE.has(event.code) && this._attempt === 0);
+      } else if (this.sessionId && this.resumeToken) {
         // the media may still flow peer to peer (or the page waits in the queue): keep it,
         // and get the session back
         this._setState(State.RECONNECTING, 'signaling_lost');
@@ -302,6 +372,20 @@ export class RenderStream extends EventTarget {
         this._fail('signaling_closed', why);
       }
     };
+  }
+
+  _sendWatch() {
+    this._watchSent = true;
+    this._send(this.viewerName ? { type: 'session.watch', token: this.watchToken, name: this.viewerName }
+      : { type: 'session.watch', token: this.watchToken });
+  }
+
+  /** Watches again (a fresh `session.watch`, then a fresh offer): the worker's peer is gone. */
+  _rewatch() {
+    if (TERMINAL.has(this.state)) return;
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this._sendWatch();
+    else if (!this.ws) this._openSocket(null);
+    // a socket still opening sends it when it opens
   }
 
   _send(message) {
@@ -328,6 +412,38 @@ export class RenderStream extends EventTarget {
         // another worker (a move, a lost worker): the last frame stays until the new one shows
         this._freezeFrame();
         await this._negotiate();
+        break;
+      }
+      case 'session.watching':
+        this._watchSent = false;
+        this.viewerId = message.viewerId;
+        this.session = { ...message, role: 'viewer' };
+        this.sessionId = message.sessionId;
+        this._freezeFrame();
+        await this._negotiate();
+        break;
+      case 'viewer.ended':
+        // an ending that belongs to the watch before the one just asked for
+        if (this.watchToken === null || this._watchSent) break;
+        if (message.retry) {
+          this._suspend(message.code);
+          this._retry(() => this._rewatch(), `${message.code}: ${message.message}`);
+        } else if (message.code === 'session_ended') {
+          this._teardown();
+          this._setState(State.ENDED, message.code);
+          this._ready.reject(new RenderStreamError(message.code, message.message));
+        } else {
+          this._fail(message.code, message.message);
+        }
+        break;
+      case 'session.shared': {
+        const waiter = this._shares.shift();
+        if (!waiter) break;
+        clearTimeout(waiter.timer);
+        waiter.resolve({
+          token: message.token, url: message.url ?? null, expiresAt: message.expiresAt,
+          qrSvg: message.qrSvg ?? null, sessionId: message.sessionId,
+        });
         break;
       }
       case 'session.moving':
@@ -361,6 +477,21 @@ export class RenderStream extends EventTarget {
         this._ready.reject(new RenderStreamError('ended', `session ended: ${message.reason}`));
         break;
       case 'error':
+        // a share refused: the caller of share() hears of it
+        if (this._shares.length && (this.state === State.STREAMING || this.state === State.RECONNECTING)) {
+          const waiter = this._shares.shift();
+          clearTimeout(waiter.timer);
+          waiter.reject(new RenderStreamError(message.code, message.message));
+          break;
+        }
+        if (this.watchToken !== null && this._watchSent && this.state === State.RECONNECTING
+            && !FINAL_RESUME_ERRORS.has(message.code)) {
+          // watching again was not taken, for now: try again (on a socket of its own after
+          // `bad_order`, for a server that wants one watch per socket)
+          const fresh = message.code === 'bad_order';
+          this._retry(() => { if (fresh) this._closeSocket(); this._rewatch(); }, `${message.code}: ${message.message}`);
+          break;
+        }
         // `_fail` dispatches the `error` event itself; an error the stream survives, here
         if (this.state === State.CONNECTING || this.state === State.QUEUED) {
           this._fail(message.code, message.message);
@@ -477,6 +608,11 @@ export class RenderStream extends EventTarget {
   _peerLost(why) {
     if (TERMINAL.has(this.state) || !this.pc) return;
     this._suspend('peer_lost');
+    if (this.watchToken !== null) {
+      // the worker let this viewer's peer go, or will: watch again, then offer again
+      this._retry(() => this._rewatch(), why);
+      return;
+    }
     // a new offer on the same session: the worker keeps its camera, scene and encoder
     this._retry(() => {
       if (this.ws && this.ws.readyState === WebSocket.OPEN && this.session) this._negotiate();
@@ -535,6 +671,10 @@ export class RenderStream extends EventTarget {
       }
     } else if (message.type === 'network') {
       this.network = message;
+    } else if (message.type === 'presence') {
+      this.presence = message;
+      this.steering = message.steering === message.you;
+      this.dispatchEvent(new CustomEvent('presence', { detail: message }));
     } else if (message.type === 'error') {
       this.dispatchEvent(new CustomEvent('error', { detail: message }));
     }
@@ -557,6 +697,10 @@ export class RenderStream extends EventTarget {
   }
 
   _sendQuality() {
+    if (this.watchToken !== null) {
+      // the stream's size, rate and bitrate are the owner's page's
+      return Promise.reject(new RenderStreamError('forbidden', 'a viewer cannot set the quality'));
+    }
     const wanted = this._wantedQuality;
     const initial = this.session || {};
     // null: back to the server's default size and rate, with no cap below the worker's own
@@ -721,6 +865,12 @@ export class RenderStream extends EventTarget {
     this._ready.reject(new RenderStreamError(code, message));
   }
 
+  _closeSocket() {
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) { ws.onclose = null; ws.close(); }
+  }
+
   _teardown() {
     clearInterval(this._statsTimer);
     clearTimeout(this._retryTimer);
@@ -734,9 +884,11 @@ export class RenderStream extends EventTarget {
       reject(new RenderStreamError('closed', 'the stream closed'));
     }
     this._pending.clear();
-    const ws = this.ws;
-    this.ws = null;
-    if (ws) { ws.onclose = null; ws.close(); }
+    for (const { reject, timer } of this._shares.splice(0)) {
+      clearTimeout(timer);
+      reject(new RenderStreamError('closed', 'the stream closed'));
+    }
+    this._closeSocket();
     this._dropPeer();
     this.capture?.detach();
   }
