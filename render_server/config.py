@@ -46,6 +46,7 @@ SCENE_RETENTION_S = 7 * 24 * 3600.0
 MAX_SCENE_RETENTION_S = 366 * 24 * 3600.0
 SCENE_QUOTA_BYTES = 1024**3
 MAX_SCENES_PER_OWNER = 20
+MAX_VIEWERS = 64  # of one shared session: each is a peer connection the worker sends to
 DRAIN_TIMEOUT_S = 100.0  # a worker's drain: inside a spot VM's two-minute notice
 
 
@@ -129,6 +130,8 @@ class StreamConfig:
     fec: bool = True
     # each frame's last FEC packet sent once more as an RTX copy, where RTX for RED was negotiated
     fec_copies: bool = True
+    # viewers of each shared session (docs/sharing.md); 0: sharing off
+    max_viewers: int = 8
 
     def __post_init__(self) -> None:
         if self.send_path not in SEND_PATHS:
@@ -160,6 +163,8 @@ class StreamConfig:
             raise ConfigError(f"NVENC preset {self.nvenc_preset!r} is not one of p1..p7")
         if self.nvenc_input not in NVENC_INPUTS:
             raise ConfigError(f"NVENC input {self.nvenc_input!r} is not device or host")
+        if not 0 <= self.max_viewers <= MAX_VIEWERS:
+            raise ConfigError(f"max viewers {self.max_viewers} is outside 0..{MAX_VIEWERS}")
         if self.codecs is not None and not self.codecs:
             raise ConfigError("codecs, where given, name at least one codec")
 

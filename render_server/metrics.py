@@ -27,9 +27,7 @@ class Metrics:
         self.viewers = Gauge(
             "signaling_viewers", "Viewers of shared sessions with a socket here", registry=r
         )
-        self.shares = Counter(
-            "signaling_shares", "Share links minted (session.share)", registry=r
-        )
+        self.shares = Counter("signaling_shares", "Share links minted (session.share)", registry=r)
         self.watches = Counter(
             "signaling_watch",
             "Watch requests (session.watch), by outcome: watching, unauthorized (no, bad or "

@@ -151,6 +151,11 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "packets sent) to DIR/<session>-<peer>.jsonl.gz, to replay in tests",
     )  # fmt: skip
     g.add_argument(
+        "--max-viewers", type=int, default=env("max_viewers", s.max_viewers), metavar="N",
+        help="viewers of each shared session, each sent the owner's encoded frames "
+        "(0: sharing off; %(default)s)",
+    )  # fmt: skip
+    g.add_argument(
         "--connect-timeout", type=float, default=env("connect_timeout", s.connect_timeout_s),
         help="end a session whose browser has not connected its media in this long "
         "(at the start, or after its connection dropped) (%(default)s s)",
@@ -337,6 +342,7 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         fec=args.fec == "on",
         fec_copies=args.fec_copies == "on",
         codecs=codecs_value(args.codecs),
+        max_viewers=args.max_viewers,
     )
 
 

@@ -24,7 +24,7 @@ from render_server import logs
 from render_server.config import ServerConfig, WorkerConfig
 from render_server.memory import fix_mmap_threshold
 from render_server.metrics import Metrics
-from render_server.protocol.worker import SessionReply, WorkerNotice
+from render_server.protocol.worker import ToSignaling
 from render_server.worker.pool_wire import (
     CLOSE_ALL,
     HANDOFF,
@@ -84,7 +84,7 @@ async def serve_child(fd: int) -> None:
         scene_source=setup.get("scene_source"),
     )  # fmt: skip
 
-    async def send(message: SessionReply | WorkerNotice) -> None:
+    async def send(message: ToSignaling) -> None:
         if writer.is_closing():  # the parent is gone: nobody to tell
             return
         write_frame(writer, REPLY, message=message)

@@ -26,6 +26,7 @@ from render_server.config import Resolution
 from render_server.logs import SessionLogger
 from render_server.metrics import Metrics
 from render_server.protocol.data_channel import (
+    CameraInput,
     CommandError,
     InputError,
     KeyframeRequest,
@@ -48,13 +49,17 @@ from render_server.transport.guard import HandlerGuard
 INPUT_CHANNEL = "input"  # the label of the one data channel a session accepts
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
 INPUT_BURST = 200
+NOTICE_EVERY_S = 1.0  # refusals of a stream of events (a drag): one error message a second
 
 
 class InputChannel:
     """Dispatches the `input` channel's messages and sends the session's messages on it.
 
     `on_fps` is called when the page asks for another frame rate, `on_steer` when input moved
-    the camera (a frame should start now rather than at the next tick).
+    the camera (a frame should start now rather than at the next tick). A shared session's
+    viewers (stream/viewers.py) hang three hooks here: `on_open` (the page's channel opened),
+    `steered_by` (who steers instead of this page, None while it does) and `on_control` (the
+    `control.*` commands).
     """
 
     def __init__(
@@ -94,6 +99,10 @@ class InputChannel:
         self._format_errors_seen = 0
         self.step = FULL  # the bandwidth step the stream is sent at (stream/bandwidth_steps.py)
         self.guard = HandlerGuard(log)  # for every handler the session hangs on aiortc
+        self.on_open: Callable[[], None] | None = None
+        self.steered_by: Callable[[], str | None] = lambda: None
+        self.on_control: Callable[[SceneCommand], dict[str, Any]] | None = None
+        self._forbidden_noticed_at = 0.0
 
     def set_role(self, role: str) -> None:
         """Judge input by `role` from now on; a new controller's idle time starts now."""
@@ -114,9 +123,14 @@ class InputChannel:
         # the page learns the stream's figures and limits at once (a remote channel is open
         # when aiortc announces it)
         if channel.readyState == "open":
-            self.announce_quality()
+            self._opened()
         else:
-            channel.once("open", self.guard.sync("datachannel.open", self.announce_quality))
+            channel.once("open", self.guard.sync("datachannel.open", self._opened))
+
+    def _opened(self) -> None:
+        self.announce_quality()
+        if self.on_open is not None:
+            self.on_open()
 
     def detach(self) -> None:
         """The peer is gone; its channel with it."""
@@ -210,23 +224,48 @@ class InputChannel:
         elif isinstance(event, KeyframeRequest):
             self.pipeline.keyframes.request()
         elif isinstance(event, SceneCommand):
-            reply = self.commands.execute(event, self.role)
+            if event.name.startswith("control.") and self.on_control is not None:
+                reply = self.on_control(event)
+            else:
+                reply = self.commands.execute(event, self.role)
             self.send(reply)
             if reply["type"] == "error":
                 self.metrics.input_rejected.labels(reply["code"]).inc()
                 return
         elif not controller:
-            self.metrics.input_rejected.labels("forbidden").inc()
-            self._send_error("forbidden", "a viewer's input does not reach the worker")
+            self.refuse_steering(now, "a viewer's input does not reach the worker")
+            return
+        elif (steering := self.steered_by()) is not None:
+            self.refuse_steering(now, f"{steering} steers now: hand control back first")
             return
         else:
-            self.controller.apply(event)
-            if seq is not None and seq > self._input_seq:
-                self._input_seq, self._input_ms = seq, arrived_ms
-            self._on_steer()
+            self.steer(event, seq, arrived_ms)
+            return
         if controller:
             self.last_input = now
         self.metrics.input_events.labels(event_type(event)).inc()
+
+    def steer(self, event: CameraInput, seq: int | None, arrived_ms: float) -> None:
+        """Input of the peer that steers (this page, or a viewer handed control) moves the
+        camera; it counts as a controller's activity (the idle timeout)."""
+        self.controller.apply(event)
+        if seq is not None and seq > self._input_seq:
+            self._input_seq, self._input_ms = seq, arrived_ms
+        self._on_steer()
+        self.last_input = time.monotonic()
+        self.metrics.input_events.labels(event_type(event)).inc()
+
+    def restart_input_seq(self) -> None:
+        """Another page steers from now on: its `seq` counts from its own start."""
+        self._input_seq = self._shown_seq = -1
+        self._input_ms = None
+
+    def refuse_steering(self, now: float, message: str) -> None:
+        """Steering input this page may not send: counted, answered once a second."""
+        self.metrics.input_rejected.labels("forbidden").inc()
+        if now - self._forbidden_noticed_at >= NOTICE_EVERY_S:
+            self._forbidden_noticed_at = now
+            self._send_error("forbidden", message)
 
     def limit_codec(self, max_macroblocks: int | None, max_fps: float | None) -> None:
         """The browser's decoder of the codec its offer settled on takes frames of at most

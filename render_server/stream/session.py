@@ -8,7 +8,8 @@ input from a controller.
 
 This module is the peer connection's life: offer and answer, ICE, the deadlines, the close. The
 `input` data channel is `input_channel`'s, the session's figures and frame-rate governor are
-`monitor`'s.
+`monitor`'s; the pages that watch a shared session, each sent the same encoded frames, are
+`viewers`'.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.state import export_state
+from render_server.stream.viewers import Viewers
 from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.retransmission import count_retransmits, size_history
@@ -86,6 +88,8 @@ class StreamSession:
         congestion_record_dir: str | None = None,
         fec: bool = True,
         fec_copies: bool = True,
+        max_viewers: int = 8,
+        owner_name: str | None = None,
     ) -> None:
         self.session_id = session_id
         self.role = role
@@ -129,6 +133,12 @@ class StreamSession:
             session_id, self.log, metrics, pipeline, self.input, self.nacks, congestion_record_dir
         )
         self.path_control.on_peer_silent = self._on_peer_silent
+        # the pages that watch this one's stream (docs/sharing.md), each sent its frames
+        self.viewers = Viewers(
+            session_id, metrics, pipeline, self.input, ice_servers=self._ice_servers,
+            playout_delay=playout_delay, connect_timeout_s=connect_timeout_s,
+            max_viewers=max_viewers, owner_name=owner_name, close_s=PEER_CLOSE_S,
+        )  # fmt: skip
         loop = asyncio.get_running_loop()
         # a browser that never offers, or whose ICE never connects, must not hold the slot
         self._timeout_task: asyncio.Task[None] | None = loop.create_task(
@@ -193,6 +203,7 @@ class StreamSession:
             self.pipeline.keyframes.request()  # the new peer's decoder starts from scratch
         # after the old peer is gone: its track must not pack frames of another codec
         codec = await self._settle_codec(sdp)
+        await self.viewers.settle_codec(codec)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self._ice_servers))
         track = EncodedVideoTrack(
             self.pipeline, self.fps, self.input.camera_for_frame, self._executor,
@@ -281,6 +292,8 @@ class StreamSession:
     def _frame_handed(self, packet: EncodedPacket, handed_ms: float) -> None:
         self.input.check_format()
         self.monitor.frame_handed(packet, handed_ms, self.input.frame_input)
+        # the same encoded frame to every viewer; none of them is waited for
+        self.viewers.frame(packet, self.pipeline.last.keyframe or bool(packet.is_keyframe))
 
     def _frame_failed(self, exc: Exception) -> bool:
         """A frame raised (an encoder or CUDA error, a scene edit that did not build): the
@@ -348,6 +361,7 @@ class StreamSession:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         self.monitor.stop()
+        await self.viewers.close(reason)
         await self._drop_peer()
         # the encoder closes on the session thread, after any frame still in flight
         self._executor.submit(self.pipeline.close)

@@ -45,6 +45,9 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
   that is not UTF-8, a malformed DCEP message must not end the transport).
 - `retransmission`: sets `aiortc.rtcrtpsender.RTP_HISTORY_SIZE` (the NACK history) to span
   time, wraps `RTCRtpSender._retransmit` and reads `_RTCRtpSender__rtp_history` to count.
+- `fan_out` (a shared session's viewers): `recv()` returns the owner's encoded `av.Packet`s,
+  which the codecs' `pack` only reads; `watch_rtcp` wraps the sender instance's
+  `_handle_rtcp_packet` (is the viewer still there).
 - `video_sender`: puts them together on a session's peer connection (no patch of its own).
 
 Another aiortc may rename any of these: `check_aiortc_version` says so in the log, once.

@@ -129,10 +129,12 @@ class LocalWorker:
         role: str = "controller",
         ice_servers: Sequence[IceServer] = (),
         state: Mapping[str, Any] | None = None,
+        name: str | None = None,
     ) -> StreamSession:
         """A new session; `ice_servers` (with per-session TURN credentials) replace the
         worker's own STUN list when given. `state`: another worker's `export_state` of this
-        session (a move), to go on from; what of it is malformed is left out with a WARNING."""
+        session (a move), to go on from; what of it is malformed is left out with a WARNING.
+        `name`: the owner's, as the session's viewers see it (None: anonymous)."""
         # one warning in the log if aiortc is not the release the transport was checked on
         check_aiortc_version()
         restored = read_state(state, self.scene)
@@ -173,6 +175,8 @@ class LocalWorker:
             fec=self.stream.fec,
             fec_copies=self.stream.fec_copies,
             codecs=self.codecs,
+            max_viewers=self.stream.max_viewers,
+            owner_name=name,
         )
         if self.scene_fetcher is not None:
             loading = SceneLoading(

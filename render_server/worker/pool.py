@@ -17,6 +17,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from render_server.protocol.errors import ErrorCode
+from render_server.protocol.viewers import (
+    SESSION_ENDED,
+    ViewerEnded,
+    ViewerIce,
+    ViewerLeave,
+    ViewerOffer,
+    ViewerReply,
+)
 from render_server.protocol.worker import (
     PROCESS_LOST,
     CloseSession,
@@ -26,6 +34,7 @@ from render_server.protocol.worker import (
     Register,
     Registered,
     SessionReply,
+    ToSignaling,
     ToWorker,
     WorkerError,
     WorkerNotice,
@@ -178,7 +187,11 @@ class PoolService:
 
     def _unknown(self, message: ToWorker) -> None:
         sid = message.session_id  # type: ignore[union-attr]  # worker requests returned above
-        if isinstance(message, CloseSession):  # every close is answered, known or not
+        if isinstance(message, ViewerOffer | ViewerIce):  # a viewer of a session not here
+            self._send(ViewerEnded(sid, message.viewer_id, SESSION_ENDED, "the session ended"))
+        elif isinstance(message, ViewerLeave):
+            pass  # a page that left needs no answer
+        elif isinstance(message, CloseSession):  # every close is answered, known or not
             self._send(WorkerSessionEnded(sid, message.reason))
         else:
             self._send(WorkerError(sid, ErrorCode.UNKNOWN_SESSION, "no such session"))
@@ -189,7 +202,7 @@ class PoolService:
                 del self.placed[message.session_id]
             child.sessions.discard(message.session_id)
             self.changed.set()
-        if isinstance(message, SessionReply | WorkerNotice):
+        if isinstance(message, SessionReply | ViewerReply | WorkerNotice):
             self._send(message)
 
     def _lost(self, child: Child, sessions: set[str]) -> None:
@@ -203,7 +216,7 @@ class PoolService:
     def _status(self, child: Child, status: dict[str, Any]) -> None:
         self.worker.metrics.children[child.index] = (child.pid, status["metrics"])
 
-    def _send(self, message: SessionReply | WorkerNotice) -> None:
+    def _send(self, message: ToSignaling) -> None:
         """Replies keep their order: each waits for the one before it."""
         previous = self._last_send
 

@@ -23,7 +23,7 @@ HANDOFF: Final = "handoff"  # send `session.handoff` for one session (sid) or al
 CLOSE_ALL: Final = "close_all"  # close every session (reason)
 # child → parent
 READY: Final = "ready"  # warmed up (pid)
-REPLY: Final = "reply"  # a SessionReply or WorkerNotice for signaling
+REPLY: Final = "reply"  # a SessionReply, ViewerReply or WorkerNotice for signaling
 STATUS: Final = "status"  # each second: /metrics text, frames sent, session ids
 
 

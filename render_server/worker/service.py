@@ -14,6 +14,14 @@ from typing import Any, Protocol
 
 from render_server.logs import session_logger
 from render_server.protocol.errors import ErrorCode
+from render_server.protocol.viewers import (
+    SESSION_ENDED,
+    ViewerEnded,
+    ViewerIce,
+    ViewerLeave,
+    ViewerOffer,
+    ViewerRequest,
+)
 from render_server.protocol.worker import (
     CloseSession,
     DrainWorker,
@@ -25,11 +33,10 @@ from render_server.protocol.worker import (
     SessionIce,
     SessionOffer,
     SessionOpened,
-    SessionReply,
+    ToSignaling,
     ToWorker,
     WorkerAnswer,
     WorkerError,
-    WorkerNotice,
     WorkerSessionEnded,
 )
 from render_server.stream.session import SessionNegotiationError, StreamSession
@@ -38,7 +45,7 @@ from render_server.worker.serial import KeyedSerializer
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[SessionReply | WorkerNotice], Awaitable[None]]
+Send = Callable[[ToSignaling], Awaitable[None]]
 # a drain asked for by signaling (`worker.drain`): its reason and deadline (None: the worker's)
 DrainHandler = Callable[[str, float | None], object]
 
@@ -159,6 +166,9 @@ class WorkerService:
                 self.on_drain(message.reason, message.deadline_s)
         elif not isinstance(message, Registered):  # the agent takes that one itself
             session = self.sessions.get(message.session_id)
+            if isinstance(message, ViewerOffer | ViewerIce | ViewerLeave):
+                await self._viewer(session, message)
+                return
             if session is None:
                 if isinstance(message, CloseSession):  # every close is answered, known or not
                     await self.send(WorkerSessionEnded(message.session_id, message.reason))
@@ -176,6 +186,23 @@ class WorkerService:
                     await self._error(message.session_id, ErrorCode.BAD_MESSAGE, str(exc))
             elif isinstance(message, CloseSession):
                 await session.close(message.reason)
+
+    async def _viewer(self, session: StreamSession | None, message: ViewerRequest) -> None:
+        """A viewer's offer (answered `viewer.answer` or `viewer.ended`), candidate or leaving;
+        for a session not here (it ended, it moved), `viewer.ended`."""
+        if session is None:
+            if not isinstance(message, ViewerLeave):  # a page that left needs no answer
+                sid, vid = message.session_id, message.viewer_id
+                await self.send(ViewerEnded(sid, vid, SESSION_ENDED, "the session ended"))
+            return
+        viewers = session.viewers
+        if isinstance(message, ViewerOffer):
+            reply = await viewers.offer(message.viewer_id, message.name, message.sdp)
+            await self.send(reply)
+        elif isinstance(message, ViewerIce):
+            await viewers.add_ice(message.viewer_id, message.as_candidate())
+        else:
+            await viewers.leave(message.viewer_id, message.reason)
 
     async def close_all(self, reason: str) -> None:
         for session in list(self.sessions.values()):
@@ -200,7 +227,7 @@ class WorkerService:
         try:
             session = await self.worker.open_session(
                 sid, self._ended_callback(sid), role=message.role,
-                ice_servers=message.ice_servers, state=message.state,
+                ice_servers=message.ice_servers, state=message.state, name=message.name,
             )  # fmt: skip
         except Exception as exc:
             session_logger(__name__, sid).exception("session.open_failed")
@@ -211,6 +238,7 @@ class WorkerService:
             self._opening.discard(sid)
             self.changed.set()
         self.sessions[sid] = session
+        session.viewers.on_ended = self.send  # `viewer.ended` of a viewer it lets go
         await self.send(self._opened(sid))
         if self.draining:  # it started while the worker began to drain: it moves too
             await self.handoff(sid)
