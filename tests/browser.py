@@ -73,10 +73,14 @@ def serve_process(
 
 
 @contextlib.contextmanager
-def chromium_process(log_dir: Path, width: int = 640, height: int = 360) -> Iterator[Any]:
+def chromium_process(
+    log_dir: Path, width: int = 640, height: int = 360, browser_type: Any = None
+) -> Iterator[Any]:
     """A page of a headless Chromium started as a process of its own (its own process group),
     driven over CDP: a test can freeze the whole browser (`os.killpg(page.pgid, SIGSTOP)`), its
-    network included, as a laptop that sleeps or a tab the OS stopped would be."""
+    network included, as a laptop that sleeps or a tab the OS stopped would be.
+    `browser_type`: the Playwright `chromium` of a test that drives one already (Playwright's
+    sync API runs one instance per thread)."""
     import os
     import re
     import signal
@@ -105,8 +109,10 @@ def chromium_process(log_dir: Path, width: int = 640, height: int = 360) -> Iter
                 pytest.fail(f"Chromium did not start: {(log_dir / 'chromium.log').read_text()}")
             else:
                 time.sleep(0.1)
-        with sync_playwright() as p:
-            browser = p.chromium.connect_over_cdp(endpoint)
+        with contextlib.ExitStack() as stack:
+            if browser_type is None:
+                browser_type = stack.enter_context(sync_playwright()).chromium
+            browser = browser_type.connect_over_cdp(endpoint)
             context = browser.contexts[0]
             page = context.pages[0] if context.pages else context.new_page()
             page.set_viewport_size({"width": width, "height": height})

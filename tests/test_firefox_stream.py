@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.browser import ROOT, serve_process
+from tests.browser import ROOT, chromium_page, serve_process
 from tests.firefox import Firefox, launch_firefox
 from tests.support import eventually
 from tests.test_scene_upload_browser import magenta_ball_glb, magenta_share
@@ -287,6 +287,45 @@ def test_a_designers_model_opens_in_firefox(browser: Firefox, server_url: str) -
     refused = browser.execute_async(run, png, "photo.glb", timeout_s=30)
     assert refused["code"] == "not_a_model" and "PNG" in refused["message"], refused
     assert stream_state(browser) == "streaming"
+
+
+def shared_link(owner: Any, server_url: str, codec: str) -> str:
+    """A designer's page in Chromium streaming `codec`, shared: the viewer link."""
+    owner.goto(f"{server_url}/?codec={codec}")
+    owner.wait_for_selector("body[data-state='streaming']", state="attached", timeout=20_000)
+    return str(owner.evaluate("window.renderStream.share().then((link) => link.url)"))
+
+
+def test_a_reviewer_in_firefox_watches_a_shared_session(browser: Firefox, server_url: str) -> None:
+    """A designer in Chromium shares a VP8 session; a reviewer opens the link in Firefox: the
+    same stream plays, the page says who steers, and the reviewer's input is refused. The link
+    to an H.264 session tells Firefox (which has no H.264 here) why it cannot play."""
+    with chromium_page() as owner:
+        open_stream(browser, shared_link(owner, server_url, "VP8"))
+        assert_plays(browser, "VP8")
+        status = "document.getElementById('presence-status').textContent"
+        eventually(lambda: "host is steering" in browser.evaluate(status), 10, what="presence")
+        refused = browser.execute_async(
+            """const channel = window.renderStream.input;
+               const reply = new Promise((resolve) => channel.addEventListener('message',
+                 (e) => { const m = JSON.parse(e.data); if (m.type === 'error') resolve(m); }));
+               channel.send(JSON.stringify({type: 'pointer', action: 'move', dx: 0.2,
+                                            dy: 0, buttons: 1}));
+               return await reply;""",
+            timeout_s=10,
+        )
+        assert refused["code"] == "forbidden" and "host" in refused["message"], refused
+        end_streams(browser)
+    # another link to "/" changes only the fragment: the page starts again with it
+    with chromium_page() as owner:
+        browser.navigate(shared_link(owner, server_url, "H264"))
+        eventually(
+            lambda: stream_state(browser) == "error", 20,
+            what=lambda: f"the refusal; state {stream_state(browser)!r}: "
+            + str(browser.execute(f"{FIND_STREAM} return [stream.reason, stream.session];")),
+        )  # fmt: skip
+        reason = browser.execute(f"{FIND_STREAM} return stream.reason;")
+        assert reason.startswith("bad_offer") and "H264" in reason, reason
 
 
 def test_embed_plays_on_its_own(browser: Firefox, server_url: str) -> None:

@@ -120,7 +120,7 @@ def test_two_viewers_watch_one_encode_and_a_frozen_viewer_slows_nobody(
         # -- the link, and its QR code as a phone's camera would read it
         owner.click("#share-button")
         owner.wait_for_function(
-            "() => document.getElementById('share-link').value.includes('#watch=')"
+            "() => (document.getElementById('share-link')?.value || '').includes('#watch=')"
         )
         link = owner.input_value("#share-link")
         assert link.startswith(server_url + "/#watch="), link
@@ -191,7 +191,8 @@ def test_two_viewers_watch_one_encode_and_a_frozen_viewer_slows_nobody(
         bob.wait_for_function("() => window.renderStream.steering === false")
 
         # -- a third viewer in a browser of its own, frozen whole: nobody else slows down
-        with chromium_process(tmp_path / "frozen", 480, 360) as dave:
+        chromium = browser.browser_type
+        with chromium_process(tmp_path / "frozen", 480, 360, chromium) as dave:
             dave.goto(link.replace("/#", "/?name=Dave#"))
             dave.wait_for_selector(STREAMING, state="attached", timeout=30_000)
             assert metric(server_url, "worker_viewers") == 3

@@ -21,6 +21,9 @@ const stream = new RenderStream(stage, {
 });
 window.renderStream = stream;  // for tests and the browser console
 setupSharing(stream, { watching });
+// another link pasted over this one changes only the fragment, which loads nothing: the page
+// starts again with the link it now shows (another session to watch, or a session of its own)
+window.addEventListener('hashchange', () => location.reload());
 
 // while streaming, the status line says only how to release a captured mouse
 const streamingStatus = (locked) => (locked ? 'Mouse captured: Esc releases it' : '');
