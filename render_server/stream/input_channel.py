@@ -29,6 +29,7 @@ from render_server.protocol.data_channel import (
     CameraInput,
     CommandError,
     InputError,
+    InputEvent,
     KeyframeRequest,
     PingRequest,
     QualityRequest,
@@ -50,6 +51,27 @@ INPUT_CHANNEL = "input"  # the label of the one data channel a session accepts
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
 INPUT_BURST = 200
 NOTICE_EVERY_S = 1.0  # refusals of a stream of events (a drag): one error message a second
+
+
+def read_message(
+    message: str | bytes, metrics: Metrics, send: Callable[[dict[str, Any]], None]
+) -> tuple[InputEvent, int | None] | None:
+    """A page's message as an event and its `seq`; None for one refused (answered on `send`
+    and counted)."""
+    try:
+        return parse_message(message)
+    except CommandError as exc:
+        metrics.input_rejected.labels(exc.code).inc()
+        send(error_reply(exc, exc.id))
+    except InputError as exc:
+        metrics.input_rejected.labels(exc.code).inc()
+        send({"type": "error", "code": exc.code, "message": exc.message})
+    return None
+
+
+def pong(ping: PingRequest, arrived_ms: float) -> dict[str, Any]:
+    """A `ping`'s answer: the page's clock back, and when the worker had it (clock alignment)."""
+    return {"type": "pong", "id": ping.id, "t": ping.t, "w": round(arrived_ms, 3)}
 
 
 class InputChannel:
@@ -205,19 +227,13 @@ class InputChannel:
                 self._send_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
             return
         arrived_ms = now_ms()
-        try:
-            event, seq = parse_message(message)
-        except CommandError as exc:
-            self.metrics.input_rejected.labels(exc.code).inc()
-            self.send(error_reply(exc, exc.id))
+        read = read_message(message, self.metrics, self.send)
+        if read is None:
             return
-        except InputError as exc:
-            self.metrics.input_rejected.labels(exc.code).inc()
-            self._send_error(exc.code, exc.message)
-            return
+        event, seq = read
         controller = self.role == "controller"
         if isinstance(event, PingRequest):
-            self.send({"type": "pong", "id": event.id, "t": event.t, "w": round(arrived_ms, 3)})
+            self.send(pong(event, arrived_ms))
             return
         if isinstance(event, QualityRequest):
             self._set_quality(event)

@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
-from aiortc.sdp import candidate_from_sdp
 
 from render_server.encode.codecs import choose_codec
 from render_server.encode.protocol import EncodedPacket
@@ -42,6 +41,7 @@ from render_server.stream.state import export_state
 from render_server.stream.viewers import Viewers
 from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
+from render_server.transport.ice_candidates import add_candidate
 from render_server.transport.retransmission import count_retransmits, size_history
 from render_server.transport.send_path import SendPath
 from render_server.transport.timing import watch_sent_packets
@@ -274,18 +274,10 @@ class StreamSession:
     async def add_ice_candidate(self, message: IceCandidate) -> None:
         if self.pc is None:
             raise SessionNegotiationError("ICE candidate before any offer")
-        if not message.candidate:
-            await self.pc.addIceCandidate(None)  # end of candidates
-            return
-        text = message.candidate.removeprefix("a=").removeprefix("candidate:")
         try:
-            candidate = candidate_from_sdp(text)
-            candidate.sdpMid = message.sdp_mid
-            candidate.sdpMLineIndex = message.sdp_mline_index
-            await self.pc.addIceCandidate(candidate)
-        # aiortc asserts on a short candidate line, raises ValueError on an unknown section
-        except (AssertionError, ValueError, IndexError) as exc:
-            raise SessionNegotiationError(f"unusable ICE candidate: {exc}") from exc
+            await add_candidate(self.pc, message)
+        except ValueError as exc:
+            raise SessionNegotiationError(str(exc)) from exc
 
     # -- the stream --------------------------------------------------------------------------
 

@@ -23,14 +23,11 @@ from render_server.logs import SessionLogger
 from render_server.metrics import Metrics
 from render_server.protocol.data_channel import (
     CameraInput,
-    CommandError,
-    InputError,
     KeyframeRequest,
     PingRequest,
     QualityRequest,
     SceneCommand,
     event_type,
-    parse_message,
 )
 from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.timing import now_ms
@@ -39,8 +36,10 @@ from render_server.stream.input_channel import (
     INPUT_CHANNEL,
     INPUT_RATE_PER_S,
     NOTICE_EVERY_S,
+    pong,
+    read_message,
 )
-from render_server.stream.scene_commands import SceneCommands, error_reply
+from render_server.stream.scene_commands import SceneCommands
 from render_server.transport.guard import HandlerGuard
 
 # a viewer's steering input: applied (None), or refused with the name of who steers
@@ -106,18 +105,12 @@ class ViewerChannel:
             self._refuse(now, "rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
             return
         arrived_ms = now_ms()
-        try:
-            event, seq = parse_message(message)
-        except CommandError as exc:
-            self.metrics.input_rejected.labels(exc.code).inc()
-            self.send(error_reply(exc, exc.id))
+        read = read_message(message, self.metrics, self.send)
+        if read is None:
             return
-        except InputError as exc:
-            self.metrics.input_rejected.labels(exc.code).inc()
-            self._error(exc.code, exc.message)
-            return
+        event, seq = read
         if isinstance(event, PingRequest):
-            self.send({"type": "pong", "id": event.id, "t": event.t, "w": round(arrived_ms, 3)})
+            self.send(pong(event, arrived_ms))
             return
         if isinstance(event, QualityRequest):
             self.metrics.input_rejected.labels("forbidden").inc()

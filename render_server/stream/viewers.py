@@ -26,7 +26,6 @@ from functools import partial
 from typing import Any, Final
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
-from aiortc.sdp import candidate_from_sdp
 
 from render_server.encode.protocol import EncodedPacket
 from render_server.logs import session_logger
@@ -50,6 +49,7 @@ from render_server.stream.scene_commands import SceneCommands, error_reply
 from render_server.stream.viewer_channel import ViewerChannel
 from render_server.transport.fan_out import FanOutTrack, watch_rtcp
 from render_server.transport.guard import HandlerGuard, guard_data_channels
+from render_server.transport.ice_candidates import add_candidate
 from render_server.transport.video_sender import add_video_sender, offered_codecs
 
 DEFAULT_OWNER_NAME: Final = "host"  # an anonymous owner's name in `presence`
@@ -198,16 +198,9 @@ class Viewers:
         peer = self.peers.get(viewer_id)
         if peer is None:
             return
-        if not message.candidate:
-            await peer.pc.addIceCandidate(None)
-            return
-        text = message.candidate.removeprefix("a=").removeprefix("candidate:")
         try:
-            candidate = candidate_from_sdp(text)
-            candidate.sdpMid = message.sdp_mid
-            candidate.sdpMLineIndex = message.sdp_mline_index
-            await peer.pc.addIceCandidate(candidate)
-        except (AssertionError, ValueError, IndexError) as exc:
+            await add_candidate(peer.pc, message)
+        except ValueError as exc:
             self.log.warning("viewer.bad_candidate", extra={"viewer": viewer_id, "error": str(exc)})
 
     async def leave(self, viewer_id: str, reason: str) -> None:
