@@ -12,7 +12,13 @@ from typing import Any
 
 import aiohttp
 
-from render_server.protocol.viewers import ViewerAnswer, ViewerIce, ViewerLeave, ViewerOffer
+from render_server.protocol.viewers import (
+    ViewerAnswer,
+    ViewerIce,
+    ViewerLeave,
+    ViewerOffer,
+    ViewersEnd,
+)
 from render_server.protocol.wire import SUBPROTOCOL, encode_message
 from render_server.protocol.worker import (
     CloseSession,
@@ -122,7 +128,7 @@ class FakeWorker:
             await self._send(WorkerAnswer(message.session_id, PLACEHOLDER_SDP))
         elif isinstance(message, CloseSession):
             await self.end_session(message.session_id, message.reason)
-        elif isinstance(message, ViewerOffer | ViewerIce | ViewerLeave):
+        elif isinstance(message, ViewerOffer | ViewerIce | ViewerLeave | ViewersEnd):
             self.viewer_requests.put_nowait(message)
             if isinstance(message, ViewerOffer):
                 answer = ViewerAnswer(message.session_id, message.viewer_id, PLACEHOLDER_SDP)

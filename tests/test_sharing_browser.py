@@ -1,7 +1,8 @@
 """A shared session end to end, in real headless Chromium against `render-server serve`: the
 owner shares it (the link, and its QR code read back by zbar), two viewers watch it, their input
 is refused, the worker encodes each frame once for all three (its /metrics), control is handed to
-a viewer and taken back, and a viewer whose whole browser freezes slows nobody else and is let go.
+a viewer and taken back, a viewer whose whole browser freezes slows nobody else and is let go,
+and stopping sharing cuts the viewers off and withdraws the link.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def watch(browser: Any, link: str, name: str) -> Any:
 def test_two_viewers_watch_one_encode_and_a_frozen_viewer_slows_nobody(
     server_url: str, tmp_path: Path, output_dir: Path
 ) -> None:
-    with chromium_page(480, 360) as owner:
+    with chromium_page(960, 600) as owner:
         owner.goto(server_url + "/")
         owner.wait_for_selector(STREAMING, state="attached", timeout=30_000)
 
@@ -209,3 +210,18 @@ def test_two_viewers_watch_one_encode_and_a_frozen_viewer_slows_nobody(
                 owner.wait_for_timeout(500)
             owner.evaluate("(id) => clearInterval(id)", moving)
             assert all(p.evaluate("document.body.dataset.state") == "streaming" for p in pages)
+
+        # -- the owner stops sharing: the viewers are cut off and the link opens nothing
+        owner.click("#share-button")
+        owner.click("#share-stop")
+        owner.wait_for_function(
+            "() => /Sharing stopped/.test(document.getElementById('share-panel').textContent)"
+        )
+        for viewer in (bob, carol):
+            viewer.wait_for_function("() => window.renderStream.state === 'error'")
+            assert "stopped sharing" in (viewer.text_content("#status") or "")
+        late = browser.new_context().new_page()
+        late.goto(link)
+        late.wait_for_function("() => window.renderStream.state === 'error'")
+        assert "expired or is not valid" in (late.text_content("#status") or "")
+        assert owner.evaluate("window.renderStream.state") == "streaming"

@@ -16,7 +16,14 @@ import aiohttp
 import jwt
 import pytest
 
-from render_server.protocol.viewers import ViewerEnded, ViewerIce, ViewerLeave, ViewerOffer
+from render_server.protocol.viewers import (
+    ViewerEnded,
+    ViewerIce,
+    ViewerLeave,
+    ViewerOffer,
+    ViewerRequest,
+    ViewersEnd,
+)
 from tests.fake_worker import PLACEHOLDER_SDP, FakeWorker
 
 from .processes import SECRET, Process, SignalClient, start_signaling, stopping, token
@@ -71,7 +78,7 @@ async def share(owner: SignalClient, **fields: Any) -> dict[str, Any]:
     return await owner.next("session.shared", "error")
 
 
-async def next_request(worker: FakeWorker) -> ViewerOffer | ViewerIce | ViewerLeave:
+async def next_request(worker: FakeWorker) -> ViewerRequest:
     return await asyncio.wait_for(worker.viewer_requests.get(), 10)
 
 
@@ -278,3 +285,36 @@ async def test_a_viewer_on_another_replica_reaches_the_session_s_worker(
                     await client.close()
             finally:
                 await worker.stop()
+
+
+async def test_stopping_sharing_withdraws_every_link_and_ends_the_viewers(
+    replica: Process, worker: FakeWorker
+) -> None:
+    owner, sid = await owner_session(replica)
+    link = (await share(owner, ttlS=60))["token"]
+    viewer = await connect(replica, link)
+    await viewer.send(type="session.watch", token=link)
+    watching = await viewer.next("session.watching")
+    # what to watch again with: a token of its own that outlives the link's minute
+    rewatch = watching["token"]
+    claims = jwt.decode(rewatch, SECRET, algorithms=["HS256"], audience="render-server")
+    assert claims["sid"] == sid and claims["exp"] >= time.time() + 800
+    await viewer.send(type="session.watch", token=rewatch)
+    await viewer.next("session.watching")
+
+    await viewer.send(type="session.unshare")  # not the viewer's to do
+    assert (await viewer.next("error"))["code"] == "forbidden"
+    await owner.send(type="session.unshare")
+    assert (await owner.next("session.unshared"))["sessionId"] == sid
+    ended = await next_request(worker)
+    assert isinstance(ended, ViewersEnd) and (ended.session_id, ended.code) == (sid, "revoked")
+    for old in (link, rewatch):  # neither the link nor a viewer's own token opens it now
+        await viewer.send(type="session.watch", token=old)
+        refused = await viewer.next("error")
+        assert refused["code"] == "unauthorized" and "stopped sharing" in refused["message"]
+    # sharing again makes links that work
+    fresh = (await share(owner))["token"]
+    await viewer.send(type="session.watch", token=fresh)
+    assert (await viewer.next("session.watching"))["sessionId"] == sid
+    for client in (owner, viewer):
+        await client.close()

@@ -27,6 +27,7 @@ from render_server.protocol.viewers import (
     MOVED,
     OWNER_PEER,
     PEER_LOST,
+    REVOKED,
     SESSION_ENDED,
     SHARING_OFF,
     TOO_MANY_VIEWERS,
@@ -36,6 +37,7 @@ from render_server.protocol.viewers import (
     ViewerLeave,
     ViewerOffer,
     ViewerRequest,
+    ViewersEnd,
 )
 from render_server.protocol.worker import (
     CloseSession,
@@ -527,6 +529,25 @@ async def test_the_sessions_end_ends_every_viewer(worker: Worker) -> None:
     # an offer that comes too late is told the session ended
     await worker.service.handle(ViewerOffer(SID, viewer_id(3), "v=0\r\n", "Dave"))
     assert cast(ViewerEnded, worker.ended(3)).code == SESSION_ENDED
+
+
+async def test_stopping_sharing_ends_the_viewers_and_the_owner_streams_on(
+    worker: Worker,
+) -> None:
+    await worker.open()
+    owner = await worker.owner()
+    await worker.viewer(1, "Bob")
+    await worker.viewer(2, "Carol")
+    await owner.presence(lambda p: len(p["peers"]) == 3)
+    await worker.service.handle(ViewersEnd(SID, REVOKED, "the owner stopped sharing"))
+    codes = [(e.viewer_id, e.code) for e in (worker.ended(1), worker.ended(2)) if e]
+    assert sorted(codes) == [(viewer_id(1), REVOKED), (viewer_id(2), REVOKED)]
+    await owner.presence(lambda p: len(p["peers"]) == 1)
+    assert worker.metric("worker_viewers") == 0
+    await owner.streaming(5)
+    # sharing again: a new viewer joins the same session
+    await worker.viewer(3, "Dave")
+    await owner.presence(lambda p: len(p["peers"]) == 2)
 
 
 async def test_a_moved_sessions_viewers_are_told_to_watch_again(worker: Worker) -> None:

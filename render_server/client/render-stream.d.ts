@@ -388,6 +388,8 @@ export declare class RenderStream extends EventTarget {
    * `not_connected`, `timeout`, or the server's code).
    */
   share(options?: { ttlS?: number | null; pageUrl?: string | null }): Promise<ShareLink>;
+  /** Stops sharing (the owner only): every link made so far opens nothing, every viewer's stream ends. */
+  stopSharing(): Promise<void>;
   /** Hands control to a peer of `presence` (its `id`): the owner at any time, or the steering peer. */
   handControl(peerId: string): Promise<unknown>;
   /** The owner takes control back. */

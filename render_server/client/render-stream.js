@@ -231,6 +231,26 @@ export class RenderStream extends EventTarget {
    * `{token, url, expiresAt, qrSvg, sessionId}`; rejects with a RenderStreamError.
    */
   share({ ttlS = null, pageUrl = location.origin + location.pathname } = {}) {
+    const message = { type: 'session.share' };
+    if (pageUrl) message.pageUrl = pageUrl;
+    if (ttlS !== null && ttlS !== undefined) message.ttlS = ttlS;
+    return this._ownerRequest(message, 'session.shared').then((answer) => ({
+      token: answer.token, url: answer.url ?? null, expiresAt: answer.expiresAt,
+      qrSvg: answer.qrSvg ?? null, sessionId: answer.sessionId,
+    }));
+  }
+
+  /**
+   * Stops sharing (the owner only): every link minted so far opens nothing from now on, and
+   * every viewer's stream ends (`revoked`). A later `share()` makes links that work.
+   */
+  stopSharing() {
+    return this._ownerRequest({ type: 'session.unshare' }, 'session.unshared').then(() => undefined);
+  }
+
+  // a request of the session's owner on the signaling socket, answered by `answerType` (or
+  // refused by the next `error`)
+  _ownerRequest(message, answerType) {
     return new Promise((resolve, reject) => {
       if (this.watchToken !== null) {
         reject(new RenderStreamError('forbidden', 'a viewer cannot share the session'));
@@ -241,15 +261,12 @@ export class RenderStream extends EventTarget {
         reject(new RenderStreamError('not_connected', 'no session to share yet'));
         return;
       }
-      const waiter = { resolve, reject };
+      const waiter = { resolve, reject, answerType };
       waiter.timer = setTimeout(() => {
         this._shares = this._shares.filter((w) => w !== waiter);
-        reject(new RenderStreamError('timeout', `no share link in ${SHARE_TIMEOUT_MS} ms`));
+        reject(new RenderStreamError('timeout', `no ${answerType} in ${SHARE_TIMEOUT_MS} ms`));
       }, SHARE_TIMEOUT_MS);
       this._shares.push(waiter);
-      const message = { type: 'session.share' };
-      if (pageUrl) message.pageUrl = pageUrl;
-      if (ttlS !== null && ttlS !== undefined) message.ttlS = ttlS;
       this._send(message);
     });
   }
@@ -416,6 +433,9 @@ export class RenderStream extends EventTarget {
       }
       case 'session.watching':
         this._watchSent = false;
+        // watching again (after a move, a dropped connection) takes this token: it outlives
+        // the link's expiry while this page watches
+        if (message.token) this.watchToken = message.token;
         this.viewerId = message.viewerId;
         this.session = { ...message, role: 'viewer' };
         this.sessionId = message.sessionId;
@@ -436,14 +456,13 @@ export class RenderStream extends EventTarget {
           this._fail(message.code, message.message);
         }
         break;
-      case 'session.shared': {
-        const waiter = this._shares.shift();
+      case 'session.shared':
+      case 'session.unshared': {
+        const waiter = this._shares.find((w) => w.answerType === message.type);
         if (!waiter) break;
+        this._shares = this._shares.filter((w) => w !== waiter);
         clearTimeout(waiter.timer);
-        waiter.resolve({
-          token: message.token, url: message.url ?? null, expiresAt: message.expiresAt,
-          qrSvg: message.qrSvg ?? null, sessionId: message.sessionId,
-        });
+        waiter.resolve(message);
         break;
       }
       case 'session.moving':

@@ -72,7 +72,7 @@ function untilText(expiresAt, now) {
  * Fills `panel` with a `session.shared` answer (`stream.share()`'s): the link in a read-only
  * field with a Copy button, when it expires, and its QR code. Returns the panel.
  */
-export function renderShareLink(panel, shared, now = Date.now()) {
+export function renderShareLink(panel, shared, now = Date.now(), { onStop = null } = {}) {
   const link = element('input', { id: 'share-link', type: 'text', readOnly: true, value: shared.url || '' });
   link.setAttribute('aria-label', 'share link');
   link.addEventListener('focus', () => link.select());
@@ -92,6 +92,12 @@ export function renderShareLink(panel, shared, now = Date.now()) {
     qr,
     closeButton(panel),
   );
+  if (onStop) {  // beside Close, above the QR code: the panel's other end may be covered
+    const stop = element('button', { id: 'share-stop', type: 'button', textContent: 'Stop sharing' });
+    stop.title = 'Withdraw every link to this session and disconnect its viewers';
+    stop.addEventListener('click', onStop);
+    qr.before(stop);
+  }
   panel.hidden = false;
   return panel;
 }
@@ -183,6 +189,7 @@ const WATCH_SENTENCES = {
   forbidden: 'This link cannot be used to watch this session.',
   unknown_session: 'The shared session has ended.',
   session_ended: 'The shared session has ended.',
+  revoked: 'The owner stopped sharing this session.',
   too_many_viewers: 'Too many people are watching this session: try again later.',
   sharing_off: 'Sharing is turned off for this session.',
   not_streaming: 'The shared session is not streaming right now: try again later.',
@@ -248,10 +255,18 @@ export function setupSharing(stream, { watching = null } = {}) {
     if (watching.name !== DEFAULT_NAME) storeName(watching.name);
     return;
   }
+  const stop = async () => {
+    try {
+      await stream.stopSharing();
+      renderShareNote(panel, 'Sharing stopped: the links open nothing now, and the viewers were disconnected.');
+    } catch (error) {
+      renderShareNote(panel, `Sharing not stopped: ${error.message}`, true);
+    }
+  };
   button.addEventListener('click', async () => {
     renderShareNote(panel, 'Making a link…');
     try {
-      renderShareLink(panel, await stream.share());
+      renderShareLink(panel, await stream.share(), Date.now(), { onStop: stop });
       $('share-link').focus();
     } catch (error) {
       renderShareNote(panel, `No link: ${error.message}`, true);

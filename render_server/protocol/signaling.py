@@ -86,8 +86,20 @@ class SessionWatch(WireMessage, type="session.watch"):
     name: str | None = None
 
 
+class SessionUnshare(WireMessage, type="session.unshare"):
+    """Stop sharing (the session's controller only): every link minted so far opens nothing
+    from now on, and every viewer's stream ends (`revoked`). Answered `session.unshared`."""
+
+
 ClientMessage = (
-    SessionStart | SessionResume | Offer | IceCandidate | SessionEnd | SessionShare | SessionWatch
+    SessionStart
+    | SessionResume
+    | Offer
+    | IceCandidate
+    | SessionEnd
+    | SessionShare
+    | SessionWatch
+    | SessionUnshare
 )
 
 
@@ -136,6 +148,7 @@ _PARSERS: dict[str, Callable[[Document], ClientMessage]] = {
     SessionEnd.type: lambda doc: SessionEnd(),
     SessionShare.type: _parse_share,
     SessionWatch.type: _parse_watch,
+    SessionUnshare.type: lambda doc: SessionUnshare(),
 }
 
 
@@ -217,11 +230,20 @@ class SessionShared(WireMessage, type="session.shared"):
 
 
 class Watching(WireMessage, type="session.watching"):
-    """The viewer may offer now: its id in the session's `presence`, its ICE servers."""
+    """The viewer may offer now: its id in the session's `presence`, its ICE servers. `token`:
+    what to watch again with (after a move or a dropped connection) once the link has expired:
+    a viewer already watching goes on; it lasts REWATCH_TTL_S from each watch."""
 
     session_id: str
     viewer_id: str
     ice_servers: list[IceServer] = field(default_factory=list)
+    token: str | None = None
+
+
+class SessionUnshared(WireMessage, type="session.unshared"):
+    """The links are withdrawn and the viewers' streams ended."""
+
+    session_id: str
 
 
 class WatchEnded(WireMessage, type="viewer.ended"):
@@ -244,4 +266,5 @@ ServerMessage = (
     | SessionShared
     | Watching
     | WatchEnded
+    | SessionUnshared
 )

@@ -37,6 +37,7 @@ TOO_MANY_VIEWERS: Final = "too_many_viewers"
 SHARING_OFF: Final = "sharing_off"
 PEER_LOST: Final = "peer_lost"  # its connection failed, went silent, or never connected
 LEFT: Final = "left"  # the page left (`session.end`, its socket closed)
+REVOKED: Final = "revoked"  # the owner stopped sharing
 RETRYABLE_ENDINGS: Final = frozenset({MOVED, PEER_LOST, "worker_lost", "not_streaming"})
 
 
@@ -85,7 +86,16 @@ class ViewerLeave(WireMessage, type="viewer.leave"):
     reason: str
 
 
-ViewerRequest = ViewerOffer | ViewerIce | ViewerLeave
+class ViewersEnd(WireMessage, type="viewers.end"):
+    """End every viewer's stream of the session (the owner stopped sharing): each is told
+    `viewer.ended` with `code`."""
+
+    session_id: str
+    code: str
+    message: str
+
+
+ViewerRequest = ViewerOffer | ViewerIce | ViewerLeave | ViewersEnd
 
 
 def _ice(doc: Document) -> ViewerIce:
@@ -102,6 +112,9 @@ VIEWER_REQUESTS: Final[dict[str, Callable[[Document], ViewerRequest]]] = {
     ViewerIce.type: _ice,
     ViewerLeave.type: lambda doc: ViewerLeave(
         session_id_field(doc), viewer_id_field(doc), reason_field(doc)
+    ),
+    ViewersEnd.type: lambda doc: ViewersEnd(
+        session_id_field(doc), reason_field(doc, "code"), text_field(doc, "message", 500)
     ),
 }
 

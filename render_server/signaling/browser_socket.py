@@ -21,9 +21,12 @@ from render_server.protocol.signaling import (
     SessionShare,
     SessionShared,
     SessionStart,
+    SessionUnshare,
+    SessionUnshared,
     SessionWatch,
     parse_client_message,
 )
+from render_server.protocol.viewers import REVOKED, ViewersEnd
 from render_server.protocol.wire import encode_message
 from render_server.signaling.access import refusal
 from render_server.signaling.audit import audit, audit_refusal
@@ -32,7 +35,7 @@ from render_server.signaling.faults import is_outage
 from render_server.signaling.message_guard import MessageGuard
 from render_server.signaling.session import ENDED, SessionHandle
 from render_server.signaling.session_table import SessionTable
-from render_server.signaling.share_links import DEFAULT_TTL_S
+from render_server.signaling.share_links import DEFAULT_TTL_S, REWATCH_TTL_S
 from render_server.signaling.viewer import ViewerHandle
 
 MESSAGE_RATE_PER_S = 20.0
@@ -114,7 +117,7 @@ class BrowserConnection:
             await self._watch(message)
             return
         if self.identity.session is not None and isinstance(
-            message, SessionStart | SessionResume | SessionShare
+            message, SessionStart | SessionResume | SessionShare | SessionUnshare
         ):
             raise ProtocolError(ErrorCode.FORBIDDEN, "a share link's token can only watch")
         viewer = self.viewer if self.viewer is not None and self.viewer.live else None
@@ -161,6 +164,8 @@ class BrowserConnection:
             await handle.end()
         elif isinstance(message, SessionShare):
             await self._share(handle, message)
+        elif isinstance(message, SessionUnshare):
+            await self._unshare(handle)
 
     async def _start(self, message: SessionStart) -> None:
         self.handle, _ = await self.sessions.create(
@@ -196,14 +201,29 @@ class BrowserConnection:
         if handle.record.role != "controller":
             raise ProtocolError(ErrorCode.FORBIDDEN, "only the session's controller may share it")
         link = self.ctx.share_links.mint(
-            handle.session_id, message.ttl_s or DEFAULT_TTL_S, message.page_url
-        )
+            handle.session_id, message.ttl_s or DEFAULT_TTL_S, message.page_url,
+            handle.record.share_epoch,
+        )  # fmt: skip
         self.ctx.metrics.shares.inc()
         audit("audit.session.share", session=handle.session_id, subject=self.identity.subject,
               expires_at=link.expires_at)  # fmt: skip
         await self._send(
             SessionShared(handle.session_id, link.token, link.expires_at, link.url, link.qr_svg)
         )
+
+    async def _unshare(self, handle: SessionHandle) -> None:
+        """Withdraw every link to the session and end its viewers' streams."""
+        if handle.record.role != "controller":
+            raise ProtocolError(ErrorCode.FORBIDDEN, "only the session's controller may share it")
+        record = await self.ctx.store.stop_sharing(handle.session_id)
+        if record is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "the session has ended")
+        handle.record = record  # renewals store the holder's copy again after an outage
+        if handle.worker_id is not None:
+            end = ViewersEnd(handle.session_id, REVOKED, "the owner stopped sharing")
+            await self.ctx.channels.to_worker(handle.worker_id, end)
+        audit("audit.session.unshare", session=handle.session_id, epoch=record.share_epoch)
+        await self._send(SessionUnshared(handle.session_id))
 
     async def _watch(self, message: SessionWatch) -> None:
         """Watch the session a share link names; the watch this socket had ends first."""
@@ -215,25 +235,31 @@ class BrowserConnection:
             raise ProtocolError(ErrorCode.BAD_ORDER, "this socket holds a session: end it first")
         outcomes = self.ctx.metrics.watches
         try:
-            sid = self.ctx.share_links.session_of(message.token)
+            link = self.ctx.share_links.read(message.token)
         except AuthError as exc:
             outcomes.labels("unauthorized").inc()
             audit_refusal("audit.watch.refused", subject=self.identity.subject,
                           reason=exc.message)  # fmt: skip
             raise ProtocolError(ErrorCode.UNAUTHORIZED, exc.message) from None
+        sid = link.session_id
         if self.identity.session not in (None, sid):
             outcomes.labels("forbidden").inc()
             raise ProtocolError(ErrorCode.FORBIDDEN, "this socket's token is for another session")
-        if await self.ctx.store.get(sid) is None:
+        record = await self.ctx.store.get(sid)
+        if record is None:
             outcomes.labels("unknown_session").inc()
             raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "the shared session has ended")
+        if link.epoch != record.share_epoch:
+            outcomes.labels("revoked").inc()
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, "the owner stopped sharing this session")
         if self.viewer is not None:
             await self.viewer.leave("rewatch")
         outcomes.labels("watching").inc()
         audit("audit.session.watch", session=sid, subject=self.identity.subject,
               address=self.address)  # fmt: skip
         self.viewer = ViewerHandle(self.ctx, sid, message.name or "viewer", self._send)
-        await self.viewer.start()
+        rewatch = self.ctx.share_links.mint(sid, REWATCH_TTL_S, epoch=record.share_epoch)
+        await self.viewer.start(rewatch.token)
 
     async def _send(self, message: ServerMessage) -> None:
         await self.guard.send(encode_message(message))

@@ -26,8 +26,16 @@ from render_server.protocol.wire import SESSION_ID, display_name
 from render_server.signaling.auth import AUDIENCE, LEEWAY_S, AuthError
 
 DEFAULT_TTL_S: Final = 3600
+REWATCH_TTL_S: Final = 900  # a watching viewer's own token, renewed by each watch
 SESSION_CLAIM: Final = "sid"
+EPOCH_CLAIM: Final = "ep"  # the session's share epoch: stopping sharing bumps it
 _OWN_KID: Final = "share"  # the key made at start where no key is configured
+
+
+@dataclass(frozen=True)
+class LinkClaims:
+    session_id: str
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -44,16 +52,21 @@ class ShareLinks:
         self._kid = next(iter(self._keys))
 
     def mint(
-        self, session_id: str, ttl_s: int = DEFAULT_TTL_S, page_url: str | None = None
+        self,
+        session_id: str,
+        ttl_s: int = DEFAULT_TTL_S,
+        page_url: str | None = None,
+        epoch: int = 0,
     ) -> ShareLink:
-        """A link to watch `session_id` for `ttl_s` seconds; with its URL and QR code where
-        the page gave its own address."""
+        """A link to watch `session_id` for `ttl_s` seconds while its share epoch is `epoch`;
+        with its URL and QR code where the page gave its own address."""  # fmt: skip
         now = int(time.time())
         claims = {
             "sub": f"viewer-{uuid.uuid4().hex[:12]}",
             "role": "viewer",
             "aud": AUDIENCE,
             SESSION_CLAIM: session_id,
+            EPOCH_CLAIM: epoch,
             "iat": now,
             "exp": now + ttl_s,
             "jti": secrets.token_hex(8),
@@ -65,8 +78,9 @@ class ShareLinks:
         url = f"{page_url}#watch={token}"
         return ShareLink(token, now + ttl_s, url, qr_svg(url))
 
-    def session_of(self, token: str) -> str:
-        """The session a valid share token lets its holder watch; AuthError otherwise."""
+    def read(self, token: str) -> LinkClaims:
+        """The session (and share epoch) a valid share token lets its holder watch; AuthError
+        otherwise."""
         if len(token) > MAX_SHARE_TOKEN_CHARS:
             raise AuthError("unauthorized", "the share link's token is too long")
         try:
@@ -87,12 +101,14 @@ class ShareLinks:
             ) from None
         except jwt.InvalidTokenError as exc:
             raise AuthError("unauthorized", f"the share link is not valid: {exc}") from None
-        session_id = claims.get(SESSION_CLAIM)
-        if claims.get("role") != "viewer" or not (
-            isinstance(session_id, str) and SESSION_ID.fullmatch(session_id)
+        session_id, epoch = claims.get(SESSION_CLAIM), claims.get(EPOCH_CLAIM, 0)
+        if (
+            claims.get("role") != "viewer"
+            or not (isinstance(session_id, str) and SESSION_ID.fullmatch(session_id))
+            or type(epoch) is not int
         ):
             raise AuthError("unauthorized", "that token is not a share link's")
-        return session_id
+        return LinkClaims(session_id, epoch)
 
 
 def owner_name(subject: str) -> str | None:

@@ -46,8 +46,9 @@ class ViewerHandle:
         self.live = False  # subscribed, not ended
         self._send = send
 
-    async def start(self) -> None:
-        """Subscribe to the viewer's channel and tell the page it may offer."""
+    async def start(self, rewatch_token: str) -> None:
+        """Subscribe to the viewer's channel and tell the page it may offer (and what to watch
+        again with)."""
         await self.ctx.channels.on_viewer(self.viewer_id, self._on_news)
         self.live = True
         self.ctx.metrics.viewers.inc()
@@ -57,7 +58,7 @@ class ViewerHandle:
             config.turn_ttl_s,
         )  # fmt: skip
         self.log.info("viewer.watching", extra={"viewer_name": self.name})
-        await self._send(Watching(self.session_id, self.viewer_id, servers))
+        await self._send(Watching(self.session_id, self.viewer_id, servers, rewatch_token))
 
     async def offer(self, sdp: str) -> None:
         if self.worker_id is not None:

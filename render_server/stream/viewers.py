@@ -226,6 +226,10 @@ class Viewers:
         text = f"the session streams {codec} from now on: watch again"
         await asyncio.gather(*(self.end(vid, PEER_LOST, text) for vid in moved))
 
+    async def end_all(self, code: str, message: str) -> None:
+        """Every viewer's stream ends (the owner stopped sharing); new ones may come later."""
+        await asyncio.gather(*(self.end(vid, code, message) for vid in list(self.peers)))
+
     async def close(self, reason: str) -> None:
         """The session ends: every viewer with it."""
         self._closed = True

@@ -24,6 +24,7 @@ from render_server.protocol.viewers import (
     ViewerLeave,
     ViewerOffer,
     ViewerReply,
+    ViewersEnd,
 )
 from render_server.protocol.worker import (
     PROCESS_LOST,
@@ -189,8 +190,8 @@ class PoolService:
         sid = message.session_id  # type: ignore[union-attr]  # worker requests returned above
         if isinstance(message, ViewerOffer | ViewerIce):  # a viewer of a session not here
             self._send(ViewerEnded(sid, message.viewer_id, SESSION_ENDED, "the session ended"))
-        elif isinstance(message, ViewerLeave):
-            pass  # a page that left needs no answer
+        elif isinstance(message, ViewerLeave | ViewersEnd):
+            pass  # a page that left needs no answer, nor viewers of a session that is gone
         elif isinstance(message, CloseSession):  # every close is answered, known or not
             self._send(WorkerSessionEnded(sid, message.reason))
         else:

@@ -21,6 +21,7 @@ from render_server.protocol.viewers import (
     ViewerLeave,
     ViewerOffer,
     ViewerRequest,
+    ViewersEnd,
 )
 from render_server.protocol.worker import (
     CloseSession,
@@ -166,7 +167,7 @@ class WorkerService:
                 self.on_drain(message.reason, message.deadline_s)
         elif not isinstance(message, Registered):  # the agent takes that one itself
             session = self.sessions.get(message.session_id)
-            if isinstance(message, ViewerOffer | ViewerIce | ViewerLeave):
+            if isinstance(message, ViewerRequest):
                 await self._viewer(session, message)
                 return
             if session is None:
@@ -191,7 +192,8 @@ class WorkerService:
         """A viewer's offer (answered `viewer.answer` or `viewer.ended`), candidate or leaving;
         for a session not here (it ended, it moved), `viewer.ended`."""
         if session is None:
-            if not isinstance(message, ViewerLeave):  # a page that left needs no answer
+            # a page that left needs no answer, nor do viewers of a session that is gone
+            if not isinstance(message, ViewerLeave | ViewersEnd):
                 sid, vid = message.session_id, message.viewer_id
                 await self.send(ViewerEnded(sid, vid, SESSION_ENDED, "the session ended"))
             return
@@ -201,6 +203,8 @@ class WorkerService:
             await self.send(reply)
         elif isinstance(message, ViewerIce):
             await viewers.add_ice(message.viewer_id, message.as_candidate())
+        elif isinstance(message, ViewersEnd):
+            await viewers.end_all(message.code, message.message)
         else:
             await viewers.leave(message.viewer_id, message.reason)
 

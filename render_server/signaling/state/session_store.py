@@ -57,6 +57,7 @@ class SessionRecord:
     generation: int = 1  # bumped by each resume: the older holder lets go
     created: float = field(default_factory=time.time)
     address: str = ""  # the client address that created it (the per-address cap)
+    share_epoch: int = 0  # bumped when the owner stops sharing: older share links open nothing
 
     def token_matches(self, token: str) -> bool:
         return hmac.compare_digest(self.token_hash, hash_token(token))
@@ -110,6 +111,11 @@ class SessionStore(Protocol):
         None if the session is gone."""
         ...
 
+    async def stop_sharing(self, session_id: str) -> SessionRecord | None:
+        """Increment the share epoch atomically (share links minted before open nothing);
+        None if the session is gone."""
+        ...
+
     async def renew(self, records: Iterable[SessionRecord]) -> int:
         """Extend the leases of the sessions this replica holds (their records and their places
         in the counts). A record that is gone (Redis restarted, or its lease lapsed while Redis
@@ -154,6 +160,13 @@ class MemorySessionStore:
         record = self._live(session_id)
         if record is not None:
             record = self._records[session_id] = record.resumed(role)
+        return record
+
+    async def stop_sharing(self, session_id: str) -> SessionRecord | None:
+        record = self._live(session_id)
+        if record is not None:
+            epoch = record.share_epoch + 1
+            record = self._records[session_id] = replace(record, share_epoch=epoch)
         return record
 
     async def renew(self, records: Iterable[SessionRecord]) -> int:
@@ -225,6 +238,7 @@ class RedisSessionStore:
         self._base = f"{{{prefix}}}:"
         self.lease_s = lease_s
         self._bump = self._redis.register_script(lua_script("bump_generation"))
+        self._unshare = self._redis.register_script(lua_script("bump_share_epoch"))
         self._admit = self._redis.register_script(lua_script("session_admit"))
         self._renew = self._redis.register_script(lua_script("session_renew"))
         self._delete = self._redis.register_script(lua_script("session_delete"))
@@ -261,6 +275,10 @@ class RedisSessionStore:
 
     async def bump(self, session_id: str, role: str | None = None) -> SessionRecord | None:
         text = await self._bump(keys=[self._key(session_id)], args=[role or ""])
+        return SessionRecord.from_json(text) if text else None
+
+    async def stop_sharing(self, session_id: str) -> SessionRecord | None:
+        text = await self._unshare(keys=[self._key(session_id)])
         return SessionRecord.from_json(text) if text else None
 
     async def renew(self, records: Iterable[SessionRecord]) -> int:
