@@ -168,6 +168,24 @@ async def test_a_resume_takes_the_tokens_role_and_keeps_the_count(store: Session
     assert await store.bump(uuid.uuid4().hex, "viewer") is None
 
 
+async def test_stopping_sharing_moves_the_share_epoch_on_and_a_resume_keeps_it(
+    store: SessionStore,
+) -> None:
+    first = record()
+    assert await store.admit(first, SessionCaps()) is None
+    assert first.share_epoch == 0
+    stopped = await store.stop_sharing(first.session_id)
+    assert stopped is not None and stopped.share_epoch == 1
+    resumed = await store.bump(first.session_id)
+    assert resumed is not None and (resumed.share_epoch, resumed.generation) == (1, 2)
+    again = await store.stop_sharing(first.session_id)
+    assert again is not None and again.share_epoch == 2
+    assert await store.get(first.session_id) == again
+    await store.renew([first])  # the holder's older copy does not roll the epoch back
+    assert (await store.get(first.session_id)) == again
+    assert await store.stop_sharing(uuid.uuid4().hex) is None
+
+
 async def test_two_replicas_admitting_at_once_never_pass_a_cap(redis_url: str) -> None:
     prefix = fresh_prefix()
     stores = [RedisSessionStore(await connect_redis(redis_url, "s"), prefix) for _ in range(2)]
