@@ -50,15 +50,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
 from render_server.cpu_time import process_cpu_seconds_or_raise  # noqa: E402
 from render_server.signaling.auth import Authenticator  # noqa: E402
 from render_server.tools.local_server import free_port  # noqa: E402
 from render_server.tools.measure.frames import FrameAssembler, ObservedFrame  # noqa: E402
-from render_server.tools.signaling_client import SignalingClient, SignalingError  # noqa: E402
+from render_server.tools.signaling_client import SignalingClient  # noqa: E402
 from render_server.transport.lean_receiver import LeanReceiver  # noqa: E402
 
 SIDES = ("shared", "separate")
@@ -145,40 +143,6 @@ def read_metrics(port: int) -> dict[str, float]:
 # -- the pages -----------------------------------------------------------------------------------
 
 
-class WatchingClient(SignalingClient):
-    """A viewer's signaling socket: `session.watch` with a share link's token instead of
-    `session.start` (docs/sharing.md); `session.watching` answers it as `session.started`
-    answers a start, and the offer and the answer go as a controller's do."""
-
-    async def watch(self, link: str, name: str, timeout: float = 15.0) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        self._started, self._answer, self.ended = (
-            loop.create_future(), loop.create_future(), loop.create_future()
-        )  # fmt: skip
-        self._http = aiohttp.ClientSession()
-        self._ws = await self._http.ws_connect(
-            self.url, headers={"Authorization": f"Bearer {link}"}
-        )
-        self._reader = asyncio.create_task(self._read())
-        await self.send({"type": "session.watch", "token": link, "name": name})
-        self.info = await asyncio.wait_for(asyncio.shield(self._started), timeout)
-        return self.info
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        assert self._started is not None and self.ended is not None
-        kind = message.get("type")
-        if kind == "session.watching" and not self._started.done():
-            self._started.set_result(message)
-        elif kind == "viewer.ended":
-            self.errors.append(message)
-            if not self.ended.done():
-                self.ended.set_result(str(message.get("code", "")))
-            code, text = str(message.get("code")), str(message.get("message"))
-            self._fail_waiters(SignalingError(code, text))
-        else:
-            super()._dispatch(message)
-
-
 class Page:
     """A page's peer connection (recvonly video and the `input` channel), its complete frames
     counted on the marker bit by a lean receiver: little CPU on this side."""
@@ -241,7 +205,7 @@ async def share(owner: Page, timeout: float = 15.0) -> str:
 
 
 async def open_viewer(url: str, link: str, n: int) -> Page:
-    client = WatchingClient(url, link)
+    client = SignalingClient(url, link)
     page = Page(client, "viewer")
     await client.watch(link, f"viewer {n}", timeout=30)
     await page.negotiate()

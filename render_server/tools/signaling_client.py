@@ -100,6 +100,24 @@ class SignalingClient:
 
         aiohttp's errors (a refused upgrade, an unreachable server) pass through;
         SignalingError when the server says no."""
+        if resume is None:
+            first: dict[str, Any] = {"type": "session.start"}
+        else:
+            session_id, resume_token = resume
+            first = {"type": "session.resume", "sessionId": session_id, "resumeToken": resume_token}
+        return await self._open(first, timeout)
+
+    async def watch(
+        self, share_token: str, name: str | None = None, timeout: float | None = 15.0
+    ) -> dict[str, Any]:
+        """Open the socket with a share link's token and watch its session (docs/sharing.md);
+        the `session.watching` message. Then `negotiate` as a controller does; a
+        `viewer.ended` fails what waits (SignalingError with its code) and sets `ended`."""
+        self.token = share_token
+        watch = {"type": "session.watch", "token": share_token}
+        return await self._open(watch if name is None else {**watch, "name": name}, timeout)
+
+    async def _open(self, first: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         self._started, self._answer, self.ended = (
             loop.create_future(), loop.create_future(), loop.create_future()
@@ -108,13 +126,7 @@ class SignalingClient:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._ws = await self._http.ws_connect(self.url, headers=headers)
         self._reader = asyncio.create_task(self._read())
-        if resume is None:
-            await self.send({"type": "session.start"})
-        else:
-            session_id, resume_token = resume
-            await self.send(
-                {"type": "session.resume", "sessionId": session_id, "resumeToken": resume_token}
-            )
+        await self.send(first)
         self.info = await asyncio.wait_for(asyncio.shield(self._started), timeout)
         return self.info
 
@@ -217,7 +229,7 @@ class SignalingClient:
     def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         assert self._started is not None and self._answer is not None and self.ended is not None
-        if kind == "session.started" and not self._started.done():
+        if kind in ("session.started", "session.watching") and not self._started.done():
             self._started.set_result(message)
         elif kind == "answer" and not self._answer.done():
             self._answer.set_result(str(message.get("sdp", "")))
@@ -234,6 +246,11 @@ class SignalingClient:
                 self._fail_waiters(
                     SignalingError("ended", f"the session ended ({message.get('reason')})")
                 )
+            elif kind == "viewer.ended":  # a viewer's stream ended, or was refused
+                code = str(message.get("code", ""))
+                if not self.ended.done():
+                    self.ended.set_result(code)
+                self._fail_waiters(SignalingError(code, str(message.get("message"))))
             if self.on_message is not None:
                 self.on_message(message)
 
