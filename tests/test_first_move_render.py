@@ -1,8 +1,8 @@
 """A still session that receives one move renders that move's frame at once: the worker's own
 timing records (a real `render-server serve`, a real aiortc peer) show the frame's render
-starting within 2 ms of the input's arrival (or of the handing over of a repeat that was being
-made when it came), where the old pacing waited up to a frame interval behind the last repeat
-of the still picture."""
+starting within 8 ms of the input's arrival (or of the handing over of a repeat that was being
+made when it came), where the old pacing waited up to a frame interval (33 ms) behind the last
+repeat of the still picture (100 ms apart)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from render_server.tools.measure.client import LatencyClient
 from .browser import serve_process
 
 MOVES = 6
-LIMIT_MS = 2.0
+# a quarter of a frame interval at 30 fps: far from a tick's wait, and clear of this shared
+# machine's scheduling noise (1-3 ms; 2 ms failed now and then, before and after this bound)
+LIMIT_MS = 8.0
 
 
 @pytest.fixture(scope="module")
