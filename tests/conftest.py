@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from render_server.config import Resolution, ServerConfig, StreamConfig
 from render_server.render import Scene, default_scene
+from render_server.thread_policy import demote_realtime_threads
 
 from .leftover_processes import mark_this_run, stop_leftovers
 from .redis_server import redis_server
@@ -49,6 +50,15 @@ def _exit_waits_for(thread: threading.Thread) -> bool:
     # an idle executor's worker ends when its executor shuts down at exit: not a wait
     idle_worker = getattr(thread, "_target", None) is concurrent.futures.thread._worker
     return not thread.daemon and thread is not threading.main_thread() and not idle_worker
+
+
+@pytest.fixture(autouse=True)
+def _no_real_time_threads() -> Iterator[None]:
+    """A test that opens SVT-AV1 itself (not through our encoders) as root leaves its thread
+    SCHED_FIFO 99, and every process the run starts afterwards (servers, browsers) would
+    inherit it: one that spins then starves the machine (thread_policy.py)."""
+    yield
+    demote_realtime_threads()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import av
 from av.video.frame import PictureType
 
 from render_server.encode.protocol import EncodedPacket
+from render_server.thread_policy import demote_realtime_threads
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ def open_codec_context(
         ctx.encode(prime)  # adopts the frame's hw_frames_ctx, then opens
     else:
         ctx.open()
+    demote_realtime_threads()  # SVT-AV1 run by root makes its threads and ours real-time
     return ctx
 
 
