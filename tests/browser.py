@@ -15,8 +15,8 @@ from render_server.tools.measure.browser import find_chromium
 from render_server.tools.measure.client import MeasureError
 
 __all__ = [
-    "CHROMIUM_ARGS", "chromium_page", "chromium_path", "chromium_process", "free_port",
-    "serve_process",
+    "CHROMIUM_ARGS", "chromium_browser", "chromium_page", "chromium_path", "chromium_process",
+    "free_port", "serve_process",
 ]  # fmt: skip
 
 # the flags and the search are the ones `render-server latency --client chromium` uses
@@ -34,14 +34,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def chromium_page(width: int = 960, height: int = 540) -> Iterator[Any]:
-    """A page of a fresh headless Chromium, its console printed; closed on leaving."""
+def chromium_browser() -> Iterator[Any]:
+    """A fresh headless Chromium (Playwright's Browser); closed on leaving."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
         )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def chromium_page(width: int = 960, height: int = 540) -> Iterator[Any]:
+    """A page of a fresh headless Chromium, its console printed; closed on leaving."""
+    with chromium_browser() as browser:
         context = browser.new_context(viewport={"width": width, "height": height})
         page = context.new_page()
         page.on("console", lambda m: print(f"[chromium {m.type}] {m.text}"))
@@ -49,7 +59,6 @@ def chromium_page(width: int = 960, height: int = 540) -> Iterator[Any]:
             yield page
         finally:
             context.close()
-            browser.close()
 
 
 @contextlib.contextmanager

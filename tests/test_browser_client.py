@@ -21,7 +21,7 @@ from PIL import Image
 from render_server.config import Resolution, ServerConfig, StreamConfig
 from render_server.render.scene import Scene
 
-from .browser import CHROMIUM_ARGS, chromium_path, free_port, serve_process
+from .browser import chromium_browser, free_port, serve_process
 from .threaded_server import ThreadedServer, threaded_server
 
 pytestmark = pytest.mark.browser
@@ -33,14 +33,8 @@ STREAMING = "body[data-state='streaming']"
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
-        )
+    with chromium_browser() as browser:
         yield browser
-        browser.close()
 
 
 def new_page(chromium: Any, **context_options: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from . import slow_serve
-from .browser import CHROMIUM_ARGS, chromium_path, serve_process
+from .browser import chromium_browser, serve_process
 
 pytestmark = pytest.mark.browser
 
@@ -19,14 +19,8 @@ FRAME_STAGES = ("render", "encode", "send", "network", "jitterBuffer", "decode",
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
-        )
+    with chromium_browser() as browser:
         yield browser
-        browser.close()
 
 
 def measure(chromium: Any, url: str, seconds: float, screenshot: Path | None = None) -> Any:

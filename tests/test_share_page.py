@@ -20,7 +20,7 @@ import pytest
 from render_server.signaling.pages import CSP
 from render_server.signaling.share_links import qr_svg
 
-from .browser import CHROMIUM_ARGS, chromium_path
+from .browser import chromium_browser
 from .test_browser_client import declared_exports, declared_members
 
 pytestmark = pytest.mark.browser
@@ -96,14 +96,8 @@ def serve(route: Any) -> None:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
-        )
+    with chromium_browser() as browser:
         yield browser
-        browser.close()
 
 
 class Page:

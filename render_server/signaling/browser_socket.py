@@ -120,19 +120,9 @@ class BrowserConnection:
             message, SessionStart | SessionResume | SessionShare | SessionUnshare
         ):
             raise ProtocolError(ErrorCode.FORBIDDEN, "a share link's token can only watch")
-        viewer = self.viewer if self.viewer is not None and self.viewer.live else None
-        if viewer is not None and not isinstance(message, SessionStart | SessionResume):
-            if isinstance(message, Offer):
-                await viewer.offer(message.sdp)
-            elif isinstance(message, IceCandidate):
-                await viewer.ice(message)
-            elif isinstance(message, SessionEnd):
-                await viewer.leave()
-            else:
-                raise ProtocolError(ErrorCode.BAD_ORDER, "a viewer cannot share the session")
+        if self.viewer is not None and self.viewer.live:
+            await self._as_viewer(self.viewer, message)
             return
-        if viewer is not None:
-            raise ProtocolError(ErrorCode.BAD_ORDER, "this socket watches a session: end it first")
         if self.viewer is not None and isinstance(message, IceCandidate):
             return  # candidates trickling in after the watch ended: dropped quietly
         handle = self.handle if self.handle is not None and self.handle.state != ENDED else None
@@ -197,9 +187,26 @@ class BrowserConnection:
         handle.attach(self._send)
         await handle.take_over()
 
-    async def _share(self, handle: SessionHandle, message: SessionShare) -> None:
+    async def _as_viewer(self, viewer: ViewerHandle, message: ClientMessage) -> None:
+        """A message of a socket that watches a session."""
+        if isinstance(message, Offer):
+            await viewer.offer(message.sdp)
+        elif isinstance(message, IceCandidate):
+            await viewer.ice(message)
+        elif isinstance(message, SessionEnd):
+            await viewer.leave()
+        elif isinstance(message, SessionStart | SessionResume):
+            raise ProtocolError(ErrorCode.BAD_ORDER, "this socket watches a session: end it first")
+        else:
+            raise ProtocolError(ErrorCode.BAD_ORDER, "a viewer cannot share the session")
+
+    @staticmethod
+    def _check_owner(handle: SessionHandle) -> None:
         if handle.record.role != "controller":
             raise ProtocolError(ErrorCode.FORBIDDEN, "only the session's controller may share it")
+
+    async def _share(self, handle: SessionHandle, message: SessionShare) -> None:
+        self._check_owner(handle)
         link = self.ctx.share_links.mint(
             handle.session_id, message.ttl_s or DEFAULT_TTL_S, message.page_url,
             handle.record.share_epoch,
@@ -213,8 +220,7 @@ class BrowserConnection:
 
     async def _unshare(self, handle: SessionHandle) -> None:
         """Withdraw every link to the session and end its viewers' streams."""
-        if handle.record.role != "controller":
-            raise ProtocolError(ErrorCode.FORBIDDEN, "only the session's controller may share it")
+        self._check_owner(handle)
         record = await self.ctx.store.stop_sharing(handle.session_id)
         if record is None:
             raise ProtocolError(ErrorCode.UNKNOWN_SESSION, "the session has ended")

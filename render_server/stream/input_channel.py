@@ -53,6 +53,49 @@ INPUT_BURST = 200
 NOTICE_EVERY_S = 1.0  # refusals of a stream of events (a drag): one error message a second
 
 
+class Notices:
+    """Refusals of a stream of events (a drag, a flood): each code answered at most once per
+    NOTICE_EVERY_S, however often it is counted."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+
+    def due(self, code: str, now: float) -> bool:
+        if now - self._at.get(code, -float("inf")) < NOTICE_EVERY_S:
+            return False
+        self._at[code] = now
+        return True
+
+
+def refused_channel(
+    channel: RTCDataChannel, held: RTCDataChannel | None, log: SessionLogger
+) -> bool:
+    """Close `channel` unless it is the peer's first `input` one (`held`: the one taken
+    already, if any); True when it was refused."""
+    if channel.label == INPUT_CHANNEL and held is None:
+        return False
+    log.warning("datachannel.refused", extra={"label": channel.label[:64]})
+    channel.close()
+    return True
+
+
+def when_open(
+    channel: RTCDataChannel, guard: HandlerGuard, name: str, callback: Callable[[], None]
+) -> None:
+    """`callback` now if the channel is open (a remote channel is when aiortc announces it),
+    else once it opens."""
+    if channel.readyState == "open":
+        callback()
+    else:
+        channel.once("open", guard.sync(name, callback))
+
+
+def send_json(channel: RTCDataChannel | None, message: dict[str, Any]) -> None:
+    """Send `message` if the channel is open (else it is dropped: nobody listens)."""
+    if channel is not None and channel.readyState == "open":
+        channel.send(json.dumps(message))
+
+
 def read_message(
     message: str | bytes, metrics: Metrics, send: Callable[[dict[str, Any]], None]
 ) -> tuple[InputEvent, int | None] | None:
@@ -117,14 +160,13 @@ class InputChannel:
         self._input_ms: float | None = None
         self._shown_seq = -1  # the newest input a frame showed
         self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
-        self._rate_noticed_at = 0.0
+        self._notices = Notices()  # one rate-limit or forbidden notice a second
         self._format_errors_seen = 0
         self.step = FULL  # the bandwidth step the stream is sent at (stream/bandwidth_steps.py)
         self.guard = HandlerGuard(log)  # for every handler the session hangs on aiortc
         self.on_open: Callable[[], None] | None = None
         self.steered_by: Callable[[], str | None] = lambda: None
         self.on_control: Callable[[SceneCommand], dict[str, Any]] | None = None
-        self._forbidden_noticed_at = 0.0
 
     def set_role(self, role: str) -> None:
         """Judge input by `role` from now on; a new controller's idle time starts now."""
@@ -136,18 +178,12 @@ class InputChannel:
 
     def attach(self, channel: RTCDataChannel) -> None:
         """A data channel the peer opened: the first `input` one is taken, others closed."""
-        if channel.label != INPUT_CHANNEL or self.channel is not None:
-            self.log.warning("datachannel.refused", extra={"label": channel.label[:64]})
-            channel.close()
+        if refused_channel(channel, self.channel, self.log):
             return
         self.channel = channel
         channel.on("message", self.on_message)
-        # the page learns the stream's figures and limits at once (a remote channel is open
-        # when aiortc announces it)
-        if channel.readyState == "open":
-            self._opened()
-        else:
-            channel.once("open", self.guard.sync("datachannel.open", self._opened))
+        # the page learns the stream's figures and limits at once
+        when_open(channel, self.guard, "datachannel.open", self._opened)
 
     def _opened(self) -> None:
         self.announce_quality()
@@ -160,9 +196,7 @@ class InputChannel:
 
     def send(self, message: dict[str, Any]) -> None:
         """Send `message` if the channel is open (else it is dropped: nobody listens)."""
-        channel = self.channel
-        if channel is not None and channel.readyState == "open":
-            channel.send(json.dumps(message))
+        send_json(self.channel, message)
 
     def announce_quality(self, **extra: Any) -> None:
         """The `quality` message with the figures as they are, plus `extra` fields."""
@@ -221,8 +255,7 @@ class InputChannel:
         now = time.monotonic()
         if not self._bucket.take(now):
             self.metrics.input_rejected.labels("rate_limited").inc()
-            if now - self._rate_noticed_at > 1.0:  # one notice a second, not one per event
-                self._rate_noticed_at = now
+            if self._notices.due("rate_limited", now):
                 self.log.warning("audit.rate_limited", extra={"channel": "input"})
                 self._send_error("rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
             return
@@ -279,8 +312,7 @@ class InputChannel:
     def refuse_steering(self, now: float, message: str) -> None:
         """Steering input this page may not send: counted, answered once a second."""
         self.metrics.input_rejected.labels("forbidden").inc()
-        if now - self._forbidden_noticed_at >= NOTICE_EVERY_S:
-            self._forbidden_noticed_at = now
+        if self._notices.due("forbidden", now):
             self._send_error("forbidden", message)
 
     def limit_codec(self, max_macroblocks: int | None, max_fps: float | None) -> None:

@@ -12,7 +12,6 @@ the owner's. Like the owner's channel (input_channel.py), nothing raises into ai
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,11 +32,13 @@ from render_server.protocol.rate_limit import TokenBucket
 from render_server.protocol.timing import now_ms
 from render_server.stream.input_channel import (
     INPUT_BURST,
-    INPUT_CHANNEL,
     INPUT_RATE_PER_S,
-    NOTICE_EVERY_S,
+    Notices,
     pong,
     read_message,
+    refused_channel,
+    send_json,
+    when_open,
 )
 from render_server.stream.scene_commands import SceneCommands
 from render_server.transport.guard import HandlerGuard
@@ -71,24 +72,17 @@ class ViewerChannel:
         self._on_open = on_open
         self.channel: RTCDataChannel | None = None
         self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
-        self._noticed_at = {"rate_limited": 0.0, "forbidden": 0.0}
+        self._notices = Notices()
 
     def attach(self, channel: RTCDataChannel) -> None:
-        if channel.label != INPUT_CHANNEL or self.channel is not None:
-            self.log.warning("datachannel.refused", extra={"label": channel.label[:64]})
-            channel.close()
+        if refused_channel(channel, self.channel, self.log):
             return
         self.channel = channel
         channel.on("message", self.on_message)
-        if channel.readyState == "open":
-            self._on_open()
-        else:
-            channel.once("open", self.guard.sync("viewer.datachannel.open", self._on_open))
+        when_open(channel, self.guard, "viewer.datachannel.open", self._on_open)
 
     def send(self, message: dict[str, Any]) -> None:
-        channel = self.channel
-        if channel is not None and channel.readyState == "open":
-            channel.send(json.dumps(message))
+        send_json(self.channel, message)
 
     def on_message(self, message: str | bytes) -> None:
         try:
@@ -137,8 +131,7 @@ class ViewerChannel:
     def _refuse(self, now: float, code: str, message: str) -> None:
         """Counted each time, answered once a second (a drag is a stream of events)."""
         self.metrics.input_rejected.labels(code).inc()
-        if now - self._noticed_at[code] >= NOTICE_EVERY_S:
-            self._noticed_at[code] = now
+        if self._notices.due(code, now):
             if code == "rate_limited":
                 self.log.warning("audit.rate_limited", extra={"channel": "viewer_input"})
             self._error(code, message)
