@@ -45,6 +45,9 @@ from render_server.worker.local import LocalWorker
 from render_server.worker.serial import KeyedSerializer
 
 log = logging.getLogger(__name__)
+# A session's teardown is bounded piece by piece (the peer's close by PEER_CLOSE_S); this bounds
+# the whole, so that one session stuck in it never holds up the worker's stop.
+SESSION_CLOSE_S = 15.0
 
 Send = Callable[[ToSignaling], Awaitable[None]]
 # a drain asked for by signaling (`worker.drain`): its reason and deadline (None: the worker's)
@@ -209,8 +212,14 @@ class WorkerService:
             await viewers.leave(message.viewer_id, message.reason)
 
     async def close_all(self, reason: str) -> None:
-        for session in list(self.sessions.values()):
-            await session.close(reason)
+        async def close(session: StreamSession) -> None:
+            try:
+                async with asyncio.timeout(SESSION_CLOSE_S):
+                    await session.close(reason)
+            except TimeoutError:
+                log.error("worker.session_close_stuck", extra={"session": session.session_id})
+
+        await asyncio.gather(*(close(session) for session in list(self.sessions.values())))
 
     async def _open(self, message: OpenSession) -> None:
         sid = message.session_id
