@@ -171,10 +171,16 @@ class SignalingClient:
         timeout: float | None = 15.0,
         edit_offer: Callable[[str], str] | None = None,
     ) -> None:
-        """Offer `pc`'s local description, wait for the worker's answer and apply it."""
+        """Offer `pc`'s local description, wait for the worker's answer and apply it.
+        ConnectionError where a relay-only peer gathered no relayed candidate."""
         assert self._answer is not None, "start() first"
-        await pc.setLocalDescription(await pc.createOffer())
+        await pc.setLocalDescription(await pc.createOffer())  # aiortc: gathered by now
         sdp = pc.localDescription.sdp
+        if self.relay_only and "a=candidate:" not in sdp:
+            raise ConnectionError(
+                "no media path: no relayed candidate (relay only: the TURN servers gave no "
+                "allocation; wrong credentials, or none reachable)"
+            )
         await self.send({"type": "offer", "sdp": edit_offer(sdp) if edit_offer else sdp})
         answer = await asyncio.wait_for(asyncio.shield(self._answer), timeout)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
