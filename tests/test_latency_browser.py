@@ -15,6 +15,11 @@ from .browser import chromium_browser, serve_process
 pytestmark = pytest.mark.browser
 
 FRAME_STAGES = ("render", "encode", "send", "network", "jitterBuffer", "decode", "display")
+# Not a divisor of the display's 60 Hz: a frame's wait for the compositor's next refresh counts
+# in the jitterBuffer stage (arrival to presentation), and a rate that divides 60 Hz (20 fps:
+# three refreshes a frame) keeps one phase to it for a whole run, so that stage's median moved
+# by up to a refresh interval (16.7 ms) between runs. At 23 fps the phase sweeps every run.
+FPS = "23"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,7 @@ def medians(summary: dict[str, Any]) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("latency") / "serve.log"
-    with serve_process("--resolution", "320x240", "--fps", "20", log_path=log) as url:
+    with serve_process("--resolution", "320x240", "--fps", FPS, log_path=log) as url:
         yield url
 
 
@@ -98,7 +103,7 @@ def test_every_displayed_frame_has_a_record_and_the_stages_add_up(
 def delayed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("latency-delayed") / "serve.log"
     with serve_process(
-        "--resolution", "320x240", "--fps", "20", log_path=log,
+        "--resolution", "320x240", "--fps", FPS, log_path=log,
         launcher=slow_serve.launcher(render_delay_ms=25),
     ) as url:  # fmt: skip
         yield url
@@ -118,7 +123,7 @@ def test_a_delay_injected_into_rendering_shows_in_render_and_nowhere_else(
     assert 20 < change["render"] < 35, change
     for stage in ("encode", "send", "network", "jitterBuffer", "decode", "display", "input"):
         assert abs(change[stage]) < 6, (stage, change)
-    assert abs(change["wait"]) < 15, change  # input waits up to a frame interval (50 ms)
+    assert abs(change["wait"]) < 15, change  # input waits up to a frame interval (43 ms)
 
 
 def test_the_latency_command_measures_in_chromium(plain_server: str) -> None:

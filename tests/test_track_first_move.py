@@ -18,7 +18,7 @@ import av
 import pytest
 
 from render_server.ticks import next_on_grid, on_grid
-from render_server.transport.track import EncodedVideoTrack
+from render_server.transport.track import WAKE_SLACK_S, EncodedVideoTrack
 
 FPS = 30.0
 IDLE_FPS = 10.0  # repeats 100 ms apart: a move lands far from the next tick
@@ -50,12 +50,12 @@ class Source:
 
 
 class Harness:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, fps: float = FPS) -> None:
         self.source = source
         self.camera = 0
         self.executor = ThreadPoolExecutor(1)
         self.track = EncodedVideoTrack(
-            source, FPS, lambda dt: self.camera, self.executor, idle_fps=IDLE_FPS
+            source, fps, lambda dt: self.camera, self.executor, idle_fps=IDLE_FPS
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -157,3 +157,37 @@ def test_grid_points() -> None:
     assert next_on_grid(1.001, 0.1) == pytest.approx(1.1)  # woken on a point: the next one
     assert next_on_grid(1.0, 0.1) == pytest.approx(1.1)
     assert next_on_grid(0.999, 0.1) == pytest.approx(1.1)  # woken early: still the next one
+
+
+@pytest.mark.parametrize("busy_ms", [0.0, 1.0])
+async def test_a_long_move_keeps_the_frame_rate(busy_ms: float) -> None:
+    """A drag pokes the track far faster than the frame rate, so every new frame waits out the
+    cap and the event loop wakes it late (epoll rounds its timeout up to the next millisecond;
+    `busy_ms`: other sessions hold the loop that long every 3 ms). Counted from each late
+    start, every frame pushed the later ones back: a 60 fps drag lost 3-6 frames in 120."""
+    fps, seconds = 60.0, 2.0
+    source = Source()
+    async with Harness(source, fps) as h:
+        loop = asyncio.get_running_loop()
+        busy_until = time.monotonic() + seconds + 0.3
+
+        def busy() -> None:
+            time.sleep(busy_ms / 1e3)
+            if time.monotonic() < busy_until:
+                loop.call_later(0.003, busy)
+
+        if busy_ms:
+            loop.call_soon(busy)
+        await asyncio.sleep(0.2)
+        start = time.monotonic()
+        while time.monotonic() < start + seconds:
+            h.move()
+            await asyncio.sleep(0.004)
+        end = time.monotonic()
+    new = [t for t, _, repeat in source.starts if not repeat and start <= t < end]
+    gaps = [b - a for a, b in zip(new, new[1:], strict=False)]
+    shown = (len(new), [round(g * 1e3, 1) for g in gaps])
+    assert 0.985 * fps * seconds <= len(new) <= fps * seconds + 2, shown
+    # the cap still holds (times are taken on the encoding thread, which the machine may hold
+    # back now and then: a late start followed by a prompt one is no breach)
+    assert sorted(gaps)[len(gaps) // 20] > 1 / fps - WAKE_SLACK_S - 1e-3, shown

@@ -20,6 +20,12 @@ from render_server.protocol.timing import now_ms
 from render_server.ticks import on_grid
 
 RTP_CLOCK = 90_000
+# In a long move each frame waits out the frame-rate cap, and the event loop wakes it late
+# (epoll's timeout is rounded up to the next millisecond, and the VM adds its own): counted from
+# each late start, every frame pushed all later ones back (a 30 fps drag held 29.0 fps, 60 fps
+# 57.3). The cap counts from when the frame was due, forgiving up to this much lateness, so two
+# new frames are never closer than an interval less this.
+WAKE_SLACK_S = 0.002
 
 Camera = TypeVar("Camera")
 Camera_contra = TypeVar("Camera_contra", contravariant=True)
@@ -81,7 +87,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         self._next_tick: float | None = None
         self._last_camera: float | None = None
         self._last_sent = -float("inf")  # loop time of the last frame's start
-        self._last_new = -float("inf")  # ... and of the last one that was not a repeat
+        self._last_new = -float("inf")  # ... and when the last new one was due (WAKE_SLACK_S)
         self._input_pending = False  # input came while no tick was awaited
         self._waiter: asyncio.Future[bool] | None = None
         self._t0 = time.monotonic()
@@ -156,7 +162,9 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
                 continue
             self._last_sent = started
             if not still:
-                self._last_new = started
+                due = self._last_new + self._interval  # in a move, when this frame was due
+                slack = min(WAKE_SLACK_S, self._interval / 8)
+                self._last_new = max(due, started - slack)
             pts = int((now - self._t0) * RTP_CLOCK)
             try:
                 if self._pipeline.cheap:
