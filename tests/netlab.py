@@ -276,12 +276,18 @@ class NetLab:
         """`render-server serve` on the server host (on its address, without auth, `args`
         added), stopped with the lab; its URL once the client host sees it ready."""
         url = f"http://{self.server_ip}:{port}"
+        log: Any = subprocess.DEVNULL
+        if keep := os.environ.get("RENDER_SERVER_LAB_LOGS"):  # a benchmark's runs, kept to read
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            log = open(Path(keep) / f"serve-{port}-{time.strftime('%H%M%S')}.log", "w")  # noqa: SIM115
         self.popen(
             "server",
             [sys.executable, "-m", "render_server", "serve", "--host", self.server_ip, "--port",
              str(port), "--auth", "off", *args],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
+        if log is not subprocess.DEVNULL:
+            log.close()  # the server holds its own copy of the descriptor
         ready = "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)"
         deadline = time.monotonic() + SERVER_START_S
         while self.run("client", [sys.executable, "-c", ready, url + "/readyz"],
