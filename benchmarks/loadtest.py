@@ -14,7 +14,9 @@
     `MediaStreamTrack` returning the same pre-encoded `av.Packet`s (the same clip, built by
     the same function), paced at the same rate, H.264 only (our sessions' own
     `codec_preferences("H264")`), with the same playout-delay extension negotiated and
-    requested; it has no signaling. Both sides are counted the same
+    requested; it has no signaling. Ours runs `--fec off`: the observing peers offer RED and
+    ULPFEC (this script's process registered them with aiortc), which stock aiortc never sends,
+    so both sides send the clip's plain H.264 packets. Both sides are counted the same
     way, by the same code in this script: the same kind of observing aiortc receivers (no
     decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
     frames they got, and the sender's CPU time (`cpu_time.tree_cpu_seconds_or_raise`: the
@@ -319,35 +321,41 @@ def main() -> int:
         rows.append((what, result, command))
         print(f"[{time.monotonic() - t_start:5.0f} s] {what}: {result}", flush=True)
 
-    if "a" not in skip or "c" not in skip:
-        serve_args = ("--encoder", "replay", "--resolution", "1280x720", "--fps", "30",
-                      "--bitrate", "4000000", "--slots", "24")  # fmt: skip
-        with serve(*serve_args, log=work / "serve-720.log") as (url, pid, command):
+    serve_720 = ("--encoder", "replay", "--resolution", "1280x720", "--fps", "30",
+                 "--bitrate", "4000000", "--slots", "24")  # fmt: skip
+    if "a" not in skip:
+        with serve(*serve_720, log=work / "serve-720.log") as (url, pid, command):
             serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
-            if "a" not in skip:
-                report, cpu, cmd = loadtest(
-                    url, pid, work / "a", "--streams", "20", "--resolution", "1280x720",
-                    "--fps", "30", "--duration", str(args.hold), "--ramp", "5",
-                    "--processes", p, "--min-fps", "29",
-                )  # fmt: skip
-                verdict = "PASS" if held(report, 29) else "FAIL"
-                note("(a) 20 × 720p30 4 Mbps, replay", f"{verdict}: {describe(report, cpu)}",
-                     f"python {serve_cmd}\n    {cmd}")  # fmt: skip
-            if "c" not in skip:
-                streams, hold = args.send_streams, args.send_hold
-                ours = asyncio.run(our_send_window(url, pid, streams, hold))
-                plain = asyncio.run(plain_send_window(streams, "1280x720", 30.0, 4_000_000, hold))
-                ratio = ours.packets_per_cpu_s / plain.packets_per_cpu_s
-                extension = f"{ours.playout_delay}/{streams} and {plain.playout_delay}/{streams}"
-                note(
-                    f"(c) send path, {streams} × 720p30 4 Mbps, packets the receivers got",
-                    f"ours         {ours.describe()}\n  plain aiortc {plain.describe()}\n"
-                    f"  ratio ours / plain aiortc, packets per CPU-second: {ratio:.2f} "
-                    f"(playout-delay extension in the answers: {extension})",
-                    f"python {serve_cmd}\n    receivers and plain aiortc sender: "
-                    f"python benchmarks/loadtest.py --skip a,b,d --send-streams {streams} "
-                    f"--send-hold {hold:g}",
-                )
+            report, cpu, cmd = loadtest(
+                url, pid, work / "a", "--streams", "20", "--resolution", "1280x720",
+                "--fps", "30", "--duration", str(args.hold), "--ramp", "5",
+                "--processes", p, "--min-fps", "29",
+            )  # fmt: skip
+            verdict = "PASS" if held(report, 29) else "FAIL"
+            note("(a) 20 × 720p30 4 Mbps, replay", f"{verdict}: {describe(report, cpu)}",
+                 f"python {serve_cmd}\n    {cmd}")  # fmt: skip
+    if "c" not in skip:
+        # the same packets on both sides: the observing aiortc peers offer RED and ULPFEC (this
+        # process registered them with aiortc), which stock aiortc never sends, so ours doesn't
+        # either: every packet on both sides is a plain H.264 packet of the clip
+        with serve(*serve_720, "--fec", "off", log=work / "serve-720-c.log") as (
+            url, pid, command,
+        ):  # fmt: skip
+            serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
+            streams, hold = args.send_streams, args.send_hold
+            ours = asyncio.run(our_send_window(url, pid, streams, hold))
+            plain = asyncio.run(plain_send_window(streams, "1280x720", 30.0, 4_000_000, hold))
+            ratio = ours.packets_per_cpu_s / plain.packets_per_cpu_s
+            extension = f"{ours.playout_delay}/{streams} and {plain.playout_delay}/{streams}"
+            note(
+                f"(c) send path, {streams} × 720p30 4 Mbps, packets the receivers got",
+                f"ours         {ours.describe()}\n  plain aiortc {plain.describe()}\n"
+                f"  ratio ours / plain aiortc, packets per CPU-second: {ratio:.2f} "
+                f"(playout-delay extension in the answers: {extension})",
+                f"python {serve_cmd}\n    receivers and plain aiortc sender: "
+                f"python benchmarks/loadtest.py --skip a,b,d --send-streams {streams} "
+                f"--send-hold {hold:g}",
+            )
 
     if "b" not in skip:
         slots = str(max(args.max_4k, 4))
