@@ -10,6 +10,8 @@ scripted worker on the bus: each test failed before its fix.
   sent again, then the slot is freed without it.
 - A queued session resumed on another replica did not know its queue score: when Redis lost
   its data, it was not queued again, and the session behind it was served first.
+- An open lost on the bus (published while the worker's replica was resubscribing after a Redis
+  outage) failed the session at its open timeout: it is sent again while unanswered.
 """
 
 from __future__ import annotations
@@ -234,3 +236,24 @@ async def test_queued_sessions_keep_their_order_when_the_registry_loses_its_data
     await replicas.table_a.renew()
     await replicas.table_b.renew()
     assert await registry.queue() == [first.session_id, second.session_id]
+
+
+async def test_an_open_lost_on_the_bus_is_sent_again_and_the_session_opens(
+    replicas: Replicas,
+) -> None:
+    worker = await worker_on(replicas.a, "w")
+    browser = Browser()
+    handle = await started(replicas.table_b, browser)  # placed from B on A's worker
+    sid = handle.session_id
+    await eventually_async(lambda: worker.asked, timeout=2)
+    # the first open never reached the worker (it is in `asked` only as the test's record);
+    # the worker answers the next one, as a worker answers any open
+    opens = lambda: [r for r in worker.asked if isinstance(r, OpenSession)]  # noqa: E731
+    await eventually_async(lambda: len(opens()) >= 2, timeout=OPEN_TIMEOUT_S * 0.9)
+    assert worker.closes() == [] and all(r.session_id == sid for r in opens())
+    await WorkerRelay(replicas.a, "w").from_worker(SessionOpened(sid, 64, 64, 5.0))
+    await eventually_async(lambda: "session.started" in browser.types(), timeout=2)
+    asked = len(worker.asked)
+    await asyncio.sleep(OPEN_TIMEOUT_S * 2)  # past the deadline: answered, nothing more is sent
+    assert len(worker.asked) == asked and worker.closes() == []
+    assert "error" not in browser.types() and handle.state == "open"

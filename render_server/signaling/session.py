@@ -5,7 +5,8 @@ channel subscription (the worker's replies, the registry's news); `SessionTable`
 leases. The browser may drop and come back (`session.resume`, here or on another replica) within
 the grace period: a queued session meanwhile keeps its place but is skipped (parked). An attached
 browser offers within `offer_timeout_s` or the slot is freed. A close is acknowledged by the
-worker, or sent again, then the slot freed without it. A session whose worker drains moves, with
+worker, or sent again, then the slot freed without it; an open is sent again while unanswered
+(`resend`). A session whose worker drains moves, with
 the state the worker handed over: `session.moving`, then `session.started` naming the new worker.
 """
 
@@ -19,13 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from render_server.logs import session_logger
-from render_server.protocol.bus import (
-    Assigned,
-    EndRequested,
-    Resumed,
-    SessionNews,
-    WorkerLost,
-)
+from render_server.protocol.bus import Assigned, EndRequested, Resumed, SessionNews, WorkerLost
 from render_server.protocol.errors import ErrorCode, ProtocolError
 from render_server.protocol.requirements import unservable_reason
 from render_server.protocol.signaling import (
@@ -55,6 +50,7 @@ from render_server.protocol.worker import (
 from render_server.signaling.audit import audit
 from render_server.signaling.context import SignalingContext
 from render_server.signaling.relay import REGISTRY_LEASE_S, WorkerRelay, publish_assignments
+from render_server.signaling.resend import sleep_resending
 from render_server.signaling.share_links import owner_name
 from render_server.signaling.state.registry import MOVE_AHEAD_US, Claim, Ticket
 from render_server.signaling.state.session_store import SessionRecord
@@ -242,13 +238,18 @@ class SessionHandle:
             self.session_id, config.ice_servers, config.turn_urls, config.turn_secret,
             config.turn_ttl_s,
         )  # fmt: skip
-        self._timers.start("open", self._open_deadline(worker_id))
         state, name = self.handed_state, owner_name(self.record.owner)
         request = OpenSession(self.session_id, self.record.role, self._ice_servers, state, name)
+        self._timers.start("open", self._open_deadline(worker_id, request))
         await self.ctx.channels.to_worker(worker_id, request)
 
-    async def _open_deadline(self, worker_id: str) -> None:
-        await asyncio.sleep(self.ctx.config.open_timeout_s)
+    async def _open_deadline(self, worker_id: str, request: OpenSession) -> None:
+        await sleep_resending(  # sent again while unanswered, but not in a move (streams on)
+            self.ctx.config.open_timeout_s,
+            lambda: self.state == OPENING and self.worker_id == worker_id and not self._move_to,
+            lambda: self.ctx.channels.to_worker(worker_id, request),
+            self.log, "session.open_resent",
+        )  # fmt: skip
         moving = self._move_to == worker_id
         if not moving and not (self.state == OPENING and self.worker_id == worker_id):
             return
