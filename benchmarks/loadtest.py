@@ -73,6 +73,11 @@ def serve(*args: str, log: Path, timeout: float = 300.0) -> Iterator[tuple[str, 
         yield server.url, server.process.pid, server.command
 
 
+def shell_line(command: list[str]) -> str:
+    """`command` as a shell line, without the interpreter (printed after "python ")."""
+    return " ".join(shlex.quote(c) for c in command[1:])
+
+
 def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any], float, str]:
     """One harness run; (report, the server's CPU seconds over it, the command)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
@@ -82,7 +87,7 @@ def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any],
     server_cpu = tree_cpu_seconds_or_raise(pid) - before
     if done.returncode not in (0, 1):
         raise RuntimeError(f"loadtest exited {done.returncode}: {done.stderr[-2000:]}")
-    shown = " ".join(shlex.quote(c) for c in command[1:]).replace(url, "$URL")
+    shown = shell_line(command).replace(url, "$URL")
     return json.loads(done.stdout), server_cpu, "python " + shown
 
 
@@ -325,7 +330,7 @@ def main() -> int:
                  "--bitrate", "4000000", "--slots", "24")  # fmt: skip
     if "a" not in skip:
         with serve(*serve_720, log=work / "serve-720.log") as (url, pid, command):
-            serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
+            serve_cmd = shell_line(command)
             report, cpu, cmd = loadtest(
                 url, pid, work / "a", "--streams", "20", "--resolution", "1280x720",
                 "--fps", "30", "--duration", str(args.hold), "--ramp", "5",
@@ -341,7 +346,7 @@ def main() -> int:
         with serve(*serve_720, "--fec", "off", log=work / "serve-720-c.log") as (
             url, pid, command,
         ):  # fmt: skip
-            serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
+            serve_cmd = shell_line(command)
             streams, hold = args.send_streams, args.send_hold
             ours = asyncio.run(our_send_window(url, pid, streams, hold))
             plain = asyncio.run(plain_send_window(streams, "1280x720", 30.0, 4_000_000, hold))
@@ -362,7 +367,7 @@ def main() -> int:
         serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
                       "--bitrate", "25000000", "--slots", slots)  # fmt: skip
         with serve(*serve_args, log=work / "serve-4k.log") as (url, pid, command):
-            serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
+            serve_cmd = shell_line(command)
 
             def run_4k(n: int, hold: float) -> tuple[dict[str, Any], float, str]:
                 return loadtest(
@@ -394,7 +399,7 @@ def main() -> int:
         serve_args = ("--encoder", "x264", "--renderer", "cpu", "--resolution", "1280x720",
                       "--fps", "30", "--animate", "--slots", "8")  # fmt: skip
         with serve(*serve_args, log=work / "serve-x264.log") as (url, pid, command):
-            serve_cmd = " ".join(shlex.quote(c) for c in command[1:])
+            serve_cmd = shell_line(command)
             best, last = 0, ""
             for n in range(1, 9):
                 report, cpu, cmd = loadtest(

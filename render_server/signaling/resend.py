@@ -6,7 +6,7 @@ lost, and the session failed at its open timeout (the fleet's Redis-outage test 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from render_server.logs import SessionLogger
@@ -20,12 +20,11 @@ async def sleep_resending(
     send: Callable[[], Awaitable[None]],
     log: SessionLogger,
     event: str,
-    shares: Sequence[float] = OPEN_RESENDS,
 ) -> None:
-    """Sleep `seconds`; at each of `shares` of it on the way, `send()` again (logged as `event`)
-    while `unanswered()`."""
+    """Sleep `seconds`; at each of `OPEN_RESENDS`' shares of it on the way, `send()` again
+    (logged as `event`) while `unanswered()`."""
     waited = 0.0
-    for share in shares:
+    for share in OPEN_RESENDS:
         await asyncio.sleep(share * seconds - waited)
         waited = share * seconds
         if unanswered():

@@ -22,8 +22,8 @@ from render_server.ticks import on_grid
 RTP_CLOCK = 90_000
 # In a long move each frame waits out the frame-rate cap, and the event loop wakes it late
 # (epoll's timeout is rounded up to the next millisecond, and the VM adds its own): counted from
-# each late start, every frame pushed all later ones back (a 30 fps drag held 29.0 fps, 60 fps
-# 57.3). The cap counts from when the frame was due, forgiving up to this much lateness, so two
+# each late start, every frame pushed all later ones back (a 30 fps drag held 29.1 fps, 60 fps
+# 57.2). The cap counts from when the frame was due, forgiving up to this much lateness, so two
 # new frames are never closer than an interval less this.
 WAKE_SLACK_S = 0.002
 
@@ -82,7 +82,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         self._executor = executor
         self._on_frame = on_frame
         self._idle_fps = idle_fps
-        self._interval = self._idle_interval = 0.0
+        self._interval = self._idle_interval = self._wake_slack = 0.0
         self.set_fps(fps)
         self._next_tick: float | None = None
         self._last_camera: float | None = None
@@ -98,6 +98,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     def set_fps(self, fps: float) -> None:
         """Pace frames at `fps` from the next tick on."""
         self._interval = 1.0 / fps
+        self._wake_slack = min(WAKE_SLACK_S, self._interval / 8)
         # half the rate by default: a gap under three frame intervals is no freeze to a browser
         idle = min(self._idle_fps or fps / 2, fps)
         self._idle_interval = 1.0 / idle
@@ -163,8 +164,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
             self._last_sent = started
             if not still:
                 due = self._last_new + self._interval  # in a move, when this frame was due
-                slack = min(WAKE_SLACK_S, self._interval / 8)
-                self._last_new = max(due, started - slack)
+                self._last_new = max(due, started - self._wake_slack)
             pts = int((now - self._t0) * RTP_CLOCK)
             try:
                 if self._pipeline.cheap:
