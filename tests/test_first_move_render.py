@@ -1,8 +1,9 @@
 """A still session that receives one move renders that move's frame at once: the worker's own
 timing records (a real `render-server serve`, a real aiortc peer) show the frame's render
 starting within 8 ms of the input's arrival (or of the handing over of a repeat that was being
-made when it came), where the old pacing waited up to a frame interval (33 ms) behind the last
-repeat of the still picture (100 ms apart)."""
+made when it came; one move of six may take up to half a frame interval), where the old pacing
+waited up to a frame interval (33 ms) behind the last repeat of the still picture (100 ms
+apart)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ MOVES = 6
 # a quarter of a frame interval at 30 fps: far from a tick's wait, and clear of this shared
 # machine's scheduling noise (1-3 ms; 2 ms failed now and then, before and after this bound)
 LIMIT_MS = 8.0
+# one move may be late by a thread hop on a loaded machine (CI saw 10.2 ms once), never by a
+# tick: the old pacing's waits spread evenly over a frame interval (0-33 ms), so five of six
+# under 8 ms and all under half an interval fails it nearly always
+OUTLIER_LIMIT_MS = 1000 / 30 / 2
 
 
 @pytest.fixture(scope="module")
@@ -62,4 +67,5 @@ async def test_one_move_after_stillness_starts_its_frame_at_once(server: str) ->
         print(f"input arrival (or the end of the frame in progress) → render start, ms: "
               f"{[round(w, 2) for w in waits]}; held by a frame in progress, ms: "
               f"{[round(b, 2) for b in behind]}")  # fmt: skip
-        assert all(0 <= w <= LIMIT_MS for w in waits), waits
+        assert all(0 <= w <= OUTLIER_LIMIT_MS for w in waits), waits
+        assert sum(w > LIMIT_MS for w in waits) <= 1, waits
