@@ -48,7 +48,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +211,7 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
     from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
     from render_server.config import Resolution
-    from render_server.encode.replay import RTP_TIME_BASE, replay_clip
+    from render_server.encode.replay import RTP_TIME_BASE, RTP_TIME_UNIT, replay_clip
     from render_server.render.builtin_scenes import default_scene
     from render_server.transport.playout_delay import (
         register_playout_delay,
@@ -239,7 +238,7 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
             unit = clip.units[self.i % len(clip.units)]
             packet = av.Packet(unit)
             packet.pts = packet.dts = int(self.i * RTP_TIME_BASE / fps)
-            packet.time_base = Fraction(1, RTP_TIME_BASE)
+            packet.time_base = RTP_TIME_UNIT  # as our replay encoder
             self.i += 1
             return packet
 

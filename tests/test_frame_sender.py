@@ -144,3 +144,31 @@ async def test_the_loop_sends_frames_whole_and_keeps_what_aiortc_keeps() -> None
     assert sender.track is not None and sender.track.stopped
     assert sender._RTCRtpSender__encoder is None
     assert sender._RTCRtpSender__rtp_started.is_set() and sender._RTCRtpSender__rtp_exited.is_set()
+
+
+def test_a_kept_packet_wraps_in_rtx_as_aiortcs_own() -> None:
+    from aiortc.rtp import wrap_rtx
+
+    from render_server.transport.frame_sender import HistoryPacket
+
+    extensions = HeaderExtensions(abs_send_time=0x123456, mid="0")
+    chosen = extension_map(with_ours=True)
+    kept = HistoryPacket(102, 1, 65535, 90_000, 0xDEADBEEF, b"payload" * 100, extensions)
+    theirs = RtpPacket(102, 1, 65535, 90_000, 0xDEADBEEF, b"payload" * 100)
+    theirs.extensions = extensions
+    assert isinstance(kept, RtpPacket)
+    assert kept.serialize(chosen) == theirs.serialize(chosen)
+    assert wrap_rtx(kept, payload_type=103, sequence_number=7, ssrc=42).serialize(
+        chosen
+    ) == wrap_rtx(theirs, payload_type=103, sequence_number=7, ssrc=42).serialize(chosen)
+
+
+def test_the_frames_ntp_time_is_aiortcs() -> None:
+    from aiortc.clock import current_ntp_time
+
+    from render_server.transport.frame_sender import ntp_now
+
+    before, ours, after = current_ntp_time(), ntp_now(), current_ntp_time()
+    # aiortc's is truncated to the microsecond: ours may be ahead of `before` by that much
+    assert before - (1 << 32) // 1_000_000 <= ours <= after + (1 << 32) // 1_000_000
+    assert (after - before) >> 32 < 1  # the three were read together

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -163,8 +164,9 @@ class OrbitCamera:
     # -- snapshots ------------------------------------------------------------------------------
 
     def copy(self) -> OrbitCamera:
-        """An independent camera with the same state."""
-        return replace(self)
+        """An independent camera with the same state (every field is immutable, and already
+        checked: a shallow copy, without `__post_init__`'s conversions, once per frame)."""
+        return copy.copy(self)
 
     def state(self) -> tuple[float, ...]:
         """A hashable snapshot of everything that decides the pixels."""

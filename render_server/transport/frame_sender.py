@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from struct import Struct
 from typing import Any, Final
 
 from aiortc import rtcrtpsender
-from aiortc.clock import current_ntp_time
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtp import HeaderExtensions, RtpPacket
@@ -41,6 +41,41 @@ log = logging.getLogger(__name__)
 
 HEADER: Final = Struct("!BBHLL")  # V=2 P X CC, M PT, sequence number, timestamp, SSRC
 EXTENSION_HEADER: Final = Struct("!HH")  # profile, length in 32-bit words
+NTP_UNIX_OFFSET_S: Final = 2_208_988_800  # 1900-01-01 to 1970-01-01
+
+
+def ntp_now() -> int:
+    """The wall clock as a 64-bit NTP timestamp, what aiortc's `current_ntp_time` gives (to
+    the microsecond there), without building two datetimes for it on every frame."""
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    return (seconds + NTP_UNIX_OFFSET_S) << 32 | (nanoseconds << 32) // 1_000_000_000
+
+
+class HistoryPacket(RtpPacket):
+    """A sent packet as the retransmission history keeps it: aiortc's `RtpPacket` (its
+    `_retransmit` wraps and serializes it), built without the `HeaderExtensions` that
+    `RtpPacket.__init__` makes for every packet only to be replaced by the frame's."""
+
+    def __init__(  # noqa: PLR0913 (RtpPacket's fields)
+        self,
+        payload_type: int,
+        marker: int,
+        sequence_number: int,
+        timestamp: int,
+        ssrc: int,
+        payload: bytes,
+        extensions: HeaderExtensions,
+    ) -> None:
+        self.version = 2
+        self.marker = marker
+        self.payload_type = payload_type
+        self.sequence_number = sequence_number
+        self.timestamp = timestamp
+        self.ssrc = ssrc
+        self.csrc: list[int] = []
+        self.extensions = extensions
+        self.payload = payload
+        self.padding_size = 0
 
 
 def serialize_frame(
@@ -108,7 +143,7 @@ class FrameSender:
         self, payloads: Sequence[bytes], payload_type: int, sequence: int, timestamp: int
     ) -> None:
         sender = self._sender
-        ntp = current_ntp_time()
+        ntp = ntp_now()
         extensions = HeaderExtensions()  # one for the frame's packets, as aiortc would write
         extensions.abs_send_time = (ntp >> 14) & 0x00FFFFFF
         extensions.mid = sender._RTCRtpSender__mid
@@ -118,13 +153,13 @@ class FrameSender:
         last = len(payloads) - 1
         for i, payload in enumerate(payloads):
             number = (sequence + i) & 0xFFFF
-            packet = RtpPacket(payload_type, int(i == last), number, timestamp, ssrc, payload)
-            packet.extensions = extensions
-            history[number % size] = packet
+            history[number % size] = HistoryPacket(
+                payload_type, int(i == last), number, timestamp, ssrc, payload, extensions
+            )
         packets = serialize_frame(payloads, payload_type, sequence, timestamp, ssrc, extension)
         await self._send_frame(packets)
         self.frames += 1
-        sender._RTCRtpSender__ntp_timestamp = current_ntp_time()
+        sender._RTCRtpSender__ntp_timestamp = ntp  # the sender report's pair: the frame's
         sender._RTCRtpSender__rtp_timestamp = timestamp
         sender._RTCRtpSender__octet_count += sum(len(p) for p in payloads)
         sender._RTCRtpSender__packet_count += len(payloads)
