@@ -103,9 +103,29 @@ def test_stats_panel_shows_live_figures_and_hides(designer: Any, output_dir: Pat
     assert designer.is_visible("#overlay")
 
 
+# counts what the page sends on each of its channels, by type (`pointer:move` for moves)
+COUNT_SENDS_JS = """() => {
+  window.__sent = { input: {}, moves: {} };
+  for (const name of ['input', 'moves']) {
+    const channel = window.renderStream[name], send = channel.send.bind(channel);
+    channel.send = (data) => {
+      const m = JSON.parse(data), key = m.type === 'pointer' ? `pointer:${m.action}` : m.type;
+      window.__sent[name][key] = (window.__sent[name][key] || 0) + 1;
+      send(data);
+    };
+  }
+}"""
+
+
 def test_hover_mode_drag_orbits_and_plain_moves_do_not(designer: Any) -> None:
     box = designer.locator("#stage").bounding_box()
     cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    moves = designer.evaluate(
+        "(({label, ordered, readyState}) => ({label, ordered, readyState}))"
+        "(window.renderStream.moves)"
+    )
+    assert moves == {"label": "moves", "ordered": False, "readyState": "open"}
+    designer.evaluate(COUNT_SENDS_JS)
     before = camera(designer)
     designer.mouse.move(cx, cy)
     designer.mouse.move(cx + 120, cy + 20, steps=6)  # hovering: no button, no orbit
@@ -118,6 +138,12 @@ def test_hover_mode_drag_orbits_and_plain_moves_do_not(designer: Any) -> None:
     after = camera(designer)
     print(f"hover drag: yaw {before['yaw']:.3f} → {after['yaw']:.3f}")
     assert abs(after["yaw"] - before["yaw"]) > 0.3
+    # the drag's moves went on the unordered channel (and steered: the orbit above); presses
+    # and everything else on the ordered one
+    sent = designer.evaluate("window.__sent")
+    print(f"sent by channel: {sent}")
+    assert sent["moves"].get("pointer:move", 0) >= 5 and set(sent["moves"]) == {"pointer:move"}
+    assert "pointer:move" not in sent["input"] and sent["input"].get("pointer:down") == 1
 
 
 def test_pointer_lock_looks_around_without_buttons_and_esc_releases(

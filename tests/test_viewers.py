@@ -82,6 +82,7 @@ class Page:
         offered = [c for c in capabilities.codecs if c.mimeType.lower() in wanted]
         transceiver.setCodecPreferences(offered)
         self.channel = self.pc.createDataChannel("input")
+        self.moves = self.pc.createDataChannel("moves", ordered=False)  # as the SDK's
         self.opened = asyncio.Event()
         self.channel.on("open", self.opened.set)
         self.messages: list[dict[str, Any]] = []
@@ -115,6 +116,7 @@ class Page:
     async def answered(self, sdp: str) -> None:
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
         await asyncio.wait_for(self.opened.wait(), CONNECT_S)
+        await eventually_async(lambda: self.moves.readyState == "open", CONNECT_S, what="moves")
 
     def send(self, message: dict[str, Any]) -> None:
         self.channel.send(json.dumps(message))
@@ -311,6 +313,9 @@ async def test_a_viewer_steers_only_when_handed_control(worker: Worker) -> None:
     assert camera.distance == distance
     assert worker.session.quality.resolution == Resolution(320, 240)
 
+    # on its `moves` channel only moves: a command there is refused before anything else
+    bob.moves.send(json.dumps({"type": "command", "id": 9, "name": "getCamera"}))
+    assert "`command`" in (await bob.message(_error("wrong_channel")))["message"]
     # a viewer may not hand control it does not have, nor take it
     bob.send({"type": "command", "id": 4, "name": "control.take"})
     assert (await bob.message(lambda m: m.get("id") == 4))["code"] == "forbidden"
@@ -321,7 +326,7 @@ async def test_a_viewer_steers_only_when_handed_control(worker: Worker) -> None:
                       "value": {"steering": viewer_id(1)}}  # fmt: skip
     for page in (owner, bob, carol):
         await page.presence(_steering(viewer_id(1)))
-    bob.send(ZOOM)
+    bob.moves.send(json.dumps(ZOOM))  # through the unordered channel, as the SDK sends it
     await eventually_async(lambda: camera.distance != distance, 10, what="Bob's zoom")
     # ... the owner's and Carol's are refused, naming Bob
     distance = camera.distance

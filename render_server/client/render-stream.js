@@ -41,6 +41,8 @@ const PING_EVERY_MS = 1000;
 const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
 // input that a page sends only while it steers (`presence`): anyone else's is refused
 const STEERING_ONLY = new Set([...STEERING, 'blur']);
+// what may go on the unordered `moves` channel (pointer events only when they are moves)
+const MOVES = new Set(['pointer', 'wheel']);
 // errors on resume (or on watching again) that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
 // a session that ended with one of these failed: the `error` event fires too
@@ -152,6 +154,7 @@ export class RenderStream extends EventTarget {
     this.ws = null;
     this.pc = null;
     this.input = null;
+    this.moves = null;  // the unordered channel of pointer moves and wheel turns
     this._wantedQuality = normalizeQuality(quality);
     this._nextId = 1;
     this._pending = new Map();  // request id → {resolve, reject, timer}
@@ -201,7 +204,12 @@ export class RenderStream extends EventTarget {
       this.latencyMeter.onInput(seq, timeStamp);
       event = { ...event, seq };
     }
-    this.input.send(JSON.stringify(event));
+    // a move or a wheel turn on the unordered channel where it is open: over a lossy path a
+    // lost packet of the ordered one holds back every later move until it is resent
+    const moves = this.moves;
+    const unordered = moves && moves.readyState === 'open' && MOVES.has(event.type)
+      && (event.type !== 'pointer' || event.action === 'move');
+    (unordered ? moves : this.input).send(JSON.stringify(event));
     // after the send: the pixel meter's sample of the picture must not hold the input back
     if (steering) this.firstMoveMeter.onSteer(event, timeStamp);
     return true;
@@ -535,6 +543,8 @@ export class RenderStream extends EventTarget {
     preferCodecs(transceiver, await this._codecs);
     const channel = pc.createDataChannel('input', { ordered: true });
     this.input = channel;
+    // pointer moves and wheel turns: deltas, in any order (docs/data-channel.md)
+    this.moves = pc.createDataChannel('moves', { ordered: false });
     // a size to match the window waits for the worker's first `quality` message: its limits
     channel.onopen = () => {
       if (this._wantedQuality && !this._wantedQuality.matchWindow) this._sendQuality().catch(() => {});
@@ -652,6 +662,7 @@ export class RenderStream extends EventTarget {
     const pc = this.pc;
     this.pc = null;
     this.input = null;
+    this.moves = null;
     if (pc) pc.close();
   }
 

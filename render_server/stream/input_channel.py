@@ -1,4 +1,5 @@
-"""A session's `input` data channel: what arrives on it, what that does, what is answered.
+"""A session's `input` data channel (and its unordered `moves` channel, where the page opens
+one): what arrives on them, what that does, what is answered.
 
 Input events steer the camera (a controller's only); anyone may ping (the page's clock), ask for
 a keyframe, set its own stream's quality and send read-only scene commands; the other commands
@@ -18,6 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from aiortc import RTCDataChannel
@@ -32,8 +34,10 @@ from render_server.protocol.data_channel import (
     InputEvent,
     KeyframeRequest,
     PingRequest,
+    PointerEvent,
     QualityRequest,
     SceneCommand,
+    WheelEvent,
     event_type,
     parse_message,
 )
@@ -47,7 +51,13 @@ from render_server.stream.quality import QualityLimits, StreamQuality
 from render_server.stream.scene_commands import SceneCommands, error_reply
 from render_server.transport.guard import HandlerGuard
 
-INPUT_CHANNEL = "input"  # the label of the one data channel a session accepts
+INPUT_CHANNEL = "input"  # the label of the data channel of everything a page sends
+# ...and of the one for pointer moves and wheel turns alone, which a page opens unordered: over
+# a lossy path, a lost packet of an ordered channel holds every later move until it is resent
+# (a round trip and more: the camera stops, and the worker repeats a still picture), where an
+# unordered channel hands each move on as it comes. Moves carry deltas, so order does not
+# matter; `seq` only ever advances.
+MOVES_CHANNEL = "moves"
 INPUT_RATE_PER_S = 500.0  # a 1000 Hz gaming mouse coalesced by the browser stays well below
 INPUT_BURST = 200
 NOTICE_EVERY_S = 1.0  # refusals of a stream of events (a drag): one error message a second
@@ -68,14 +78,37 @@ class Notices:
 
 
 def refused_channel(
-    channel: RTCDataChannel, held: RTCDataChannel | None, log: SessionLogger
+    channel: RTCDataChannel,
+    held: RTCDataChannel | None,
+    log: SessionLogger,
+    label: str = INPUT_CHANNEL,
 ) -> bool:
-    """Close `channel` unless it is the peer's first `input` one (`held`: the one taken
-    already, if any); True when it was refused."""
-    if channel.label == INPUT_CHANNEL and held is None:
+    """Close `channel` unless it is the peer's first one labelled `label` (`held`: the one
+    taken already, if any); True when it was refused."""
+    if channel.label == label and held is None:
         return False
     log.warning("datachannel.refused", extra={"label": channel.label[:64]})
     channel.close()
+    return True
+
+
+def carries_moves(event: InputEvent) -> bool:
+    """What the `moves` channel may carry: deltas, whose order does not matter."""
+    return isinstance(event, WheelEvent) or (
+        isinstance(event, PointerEvent) and event.action == "move"
+    )
+
+
+def refuse_off_moves(
+    event: InputEvent, metrics: Metrics, send: Callable[[dict[str, Any]], None]
+) -> bool:
+    """True (refused, counted and answered) for an event the `moves` channel may not carry."""
+    if carries_moves(event):
+        return False
+    metrics.input_rejected.labels("wrong_channel").inc()
+    send({"type": "error", "code": "wrong_channel",
+          "message": f"only pointer moves and wheel turns go on `{MOVES_CHANNEL}`; "
+                     f"send `{event_type(event)}` on `{INPUT_CHANNEL}`"})  # fmt: skip
     return True
 
 
@@ -152,6 +185,7 @@ class InputChannel:
         self._on_fps = on_fps
         self._on_steer = on_steer
         self.channel: RTCDataChannel | None = None  # the current peer's
+        self.moves: RTCDataChannel | None = None  # its `moves` channel, where it opened one
         self.last_input = time.monotonic()  # a controller's last message (the idle timeout)
         # the newest input the next frame shows and when it arrived; (-1, None): none newer
         # than the last frame's
@@ -168,6 +202,12 @@ class InputChannel:
         self.steered_by: Callable[[], str | None] = lambda: None
         self.on_control: Callable[[SceneCommand], dict[str, Any]] | None = None
 
+    @property
+    def newest_input_seq(self) -> int:
+        """The `seq` of the newest steering input applied (-1: none yet); moves that arrive
+        late on the unordered `moves` channel never take it back."""
+        return self._input_seq
+
     def set_role(self, role: str) -> None:
         """Judge input by `role` from now on; a new controller's idle time starts now."""
         if role == "controller" and self.role != "controller":
@@ -177,7 +217,13 @@ class InputChannel:
     # -- the channel ------------------------------------------------------------------------
 
     def attach(self, channel: RTCDataChannel) -> None:
-        """A data channel the peer opened: the first `input` one is taken, others closed."""
+        """A data channel the peer opened: the first `input` one is taken, and the first
+        `moves` one; others are closed."""
+        if channel.label == MOVES_CHANNEL:
+            if not refused_channel(channel, self.moves, self.log, MOVES_CHANNEL):
+                self.moves = channel
+                channel.on("message", partial(self.on_message, moves=True))
+            return
         if refused_channel(channel, self.channel, self.log):
             return
         self.channel = channel
@@ -191,8 +237,8 @@ class InputChannel:
             self.on_open()
 
     def detach(self) -> None:
-        """The peer is gone; its channel with it."""
-        self.channel = None
+        """The peer is gone; its channels with it."""
+        self.channel = self.moves = None
 
     def send(self, message: dict[str, Any]) -> None:
         """Send `message` if the channel is open (else it is dropped: nobody listens)."""
@@ -241,17 +287,18 @@ class InputChannel:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def on_message(self, message: str | bytes) -> None:
-        """One message from the page; never raises (aiortc would end the peer's transport)."""
+    def on_message(self, message: str | bytes, moves: bool = False) -> None:
+        """One message from the page (on its `moves` channel with `moves`); never raises
+        (aiortc would end the peer's transport)."""
         try:
-            self._on_message(message)
+            self._on_message(message, moves)
         except Exception:
             self.metrics.input_rejected.labels("internal").inc()
             self.guard.failed("datachannel.message")
             with contextlib.suppress(Exception):  # the channel may be what failed
                 self._send_error("internal", "the worker failed on this message")
 
-    def _on_message(self, message: str | bytes) -> None:
+    def _on_message(self, message: str | bytes, moves: bool) -> None:
         now = time.monotonic()
         if not self._bucket.take(now):
             self.metrics.input_rejected.labels("rate_limited").inc()
@@ -264,6 +311,8 @@ class InputChannel:
         if read is None:
             return
         event, seq = read
+        if moves and refuse_off_moves(event, self.metrics, self.send):
+            return
         controller = self.role == "controller"
         if isinstance(event, PingRequest):
             self.send(pong(event, arrived_ms))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aiortc import RTCDataChannel
@@ -33,9 +34,11 @@ from render_server.protocol.timing import now_ms
 from render_server.stream.input_channel import (
     INPUT_BURST,
     INPUT_RATE_PER_S,
+    MOVES_CHANNEL,
     Notices,
     pong,
     read_message,
+    refuse_off_moves,
     refused_channel,
     send_json,
     when_open,
@@ -71,10 +74,16 @@ class ViewerChannel:
         self._control = control
         self._on_open = on_open
         self.channel: RTCDataChannel | None = None
+        self.moves: RTCDataChannel | None = None  # its unordered `moves` channel, if opened
         self._bucket = TokenBucket(INPUT_RATE_PER_S, INPUT_BURST)
         self._notices = Notices()
 
     def attach(self, channel: RTCDataChannel) -> None:
+        if channel.label == MOVES_CHANNEL:  # a viewer handed control steers through it
+            if not refused_channel(channel, self.moves, self.log, MOVES_CHANNEL):
+                self.moves = channel
+                channel.on("message", partial(self.on_message, moves=True))
+            return
         if refused_channel(channel, self.channel, self.log):
             return
         self.channel = channel
@@ -84,16 +93,16 @@ class ViewerChannel:
     def send(self, message: dict[str, Any]) -> None:
         send_json(self.channel, message)
 
-    def on_message(self, message: str | bytes) -> None:
+    def on_message(self, message: str | bytes, moves: bool = False) -> None:
         try:
-            self._on_message(message)
+            self._on_message(message, moves)
         except Exception:
             self.metrics.input_rejected.labels("internal").inc()
             self.guard.failed("viewer.datachannel.message")
             with contextlib.suppress(Exception):
                 self._error("internal", "the worker failed on this message")
 
-    def _on_message(self, message: str | bytes) -> None:
+    def _on_message(self, message: str | bytes, moves: bool) -> None:
         now = time.monotonic()
         if not self._bucket.take(now):
             self._refuse(now, "rate_limited", f"over {INPUT_RATE_PER_S:g} events/s")
@@ -103,6 +112,8 @@ class ViewerChannel:
         if read is None:
             return
         event, seq = read
+        if moves and refuse_off_moves(event, self.metrics, self.send):
+            return
         if isinstance(event, PingRequest):
             self.send(pong(event, arrived_ms))
             return
