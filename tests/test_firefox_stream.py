@@ -183,7 +183,15 @@ def assert_drag_turns_the_camera(firefox: Firefox) -> None:
     yaw = firefox.evaluate("window.renderStream.command('getCamera')")["yaw"]
     box = firefox.evaluate("document.getElementById('stage').getBoundingClientRect().toJSON()")
     cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    # the moves go on the unordered `moves` channel in Firefox too: count them there
+    moves = firefox.execute(
+        "const moves = window.renderStream.moves, send = moves.send.bind(moves);"
+        "window.__moves = 0; moves.send = (data) => { window.__moves++; send(data); };"
+        "return [moves.label, moves.ordered, moves.readyState];"
+    )
+    assert moves == ["moves", False, "open"], moves
     firefox.drag((cx, cy), [(cx + 20 * step, cy + 3 * step) for step in range(1, 13)])
+    assert firefox.evaluate("window.__moves") >= 10, "the drag's moves did not go on `moves`"
     orbited = settled_grab(firefox)
     turned = firefox.evaluate("window.renderStream.command('getCamera')")["yaw"]
     change = np.abs(before - orbited).mean()
