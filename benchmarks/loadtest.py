@@ -2,6 +2,7 @@
 
     python benchmarks/loadtest.py [--hold 30] [--search-hold 10] [--skip a,b,c,d]
         [--processes 2] [--max-4k 12] [--send-streams 8] [--send-hold 10]
+        [--send-profile 720p30|4k60]
 
 (a) `--encoder replay`, 20 streams of 1280x720 at 30 fps, 4 Mbps each: every stream ≥ 29 fps,
     no freeze?
@@ -9,7 +10,8 @@
     used by the harness and by the server; then upward from 4 for the most such streams held,
     every one at ≥ 58 fps with no freeze and no failure.
 (c) RTP packets per CPU-second on the send path: the server's process (`--encoder replay`,
-    `--send-streams` sessions of 720p30 at 4 Mbps) against plain aiortc in the same run. The
+    `--send-streams` sessions of 720p30 at 4 Mbps, or of 4K60 at 25 Mbps with `--send-profile
+    4k60`: three times the packets a frame) against plain aiortc in the same run. The
     baseline is a process of aiortc peer connections, one per stream, each with a
     `MediaStreamTrack` returning the same pre-encoded `av.Packet`s (the same clip, built by
     the same function), paced at the same rate, H.264 only (our sessions' own
@@ -62,6 +64,8 @@ ENV = {
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
 PLAYOUT_DELAY = "low"  # what `serve` asks for by default; the plain sender asks for the same
+# (c)'s streams: size, frame rate, bitrate
+SEND_PROFILES = {"720p30": ("1280x720", 30.0, 4_000_000), "4k60": ("3840x2160", 60.0, 25_000_000)}
 SEND_WARMUP_S = 2.0  # (c): every stream up, then this long before the window opens
 
 
@@ -314,6 +318,13 @@ def main() -> int:
     parser.add_argument("--max-4k", type=int, default=12, help="where the (b) search stops")
     parser.add_argument("--send-streams", type=int, default=8, help="streams of (c)")
     parser.add_argument("--send-hold", type=float, default=10.0, help="window of (c), seconds")
+    parser.add_argument(
+        "--send-profile",
+        choices=tuple(SEND_PROFILES),
+        default="720p30",
+        help="the stream of (c): 720p30 at 4 Mbps, or 4K60 at 25 Mbps (more "
+        "packets a frame: 2 streams are what this harness receives)",
+    )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     work = Path(tempfile.mkdtemp(prefix="loadtest-bench-"))
@@ -339,26 +350,30 @@ def main() -> int:
             note("(a) 20 × 720p30 4 Mbps, replay", f"{verdict}: {describe(report, cpu)}",
                  f"python {serve_cmd}\n    {cmd}")  # fmt: skip
     if "c" not in skip:
+        size, fps, bitrate = SEND_PROFILES[args.send_profile]
+        serve_c = ("--encoder", "replay", "--resolution", size, "--fps", f"{fps:g}",
+                   "--bitrate", str(bitrate), "--slots", "24")  # fmt: skip
         # the same packets on both sides: the observing aiortc peers offer RED and ULPFEC (this
         # process registered them with aiortc), which stock aiortc never sends, so ours doesn't
         # either: every packet on both sides is a plain H.264 packet of the clip
-        with serve(*serve_720, "--fec", "off", log=work / "serve-720-c.log") as (
+        with serve(*serve_c, "--fec", "off", log=work / "serve-c.log") as (
             url, pid, command,
         ):  # fmt: skip
             serve_cmd = shell_line(command)
             streams, hold = args.send_streams, args.send_hold
             ours = asyncio.run(our_send_window(url, pid, streams, hold))
-            plain = asyncio.run(plain_send_window(streams, "1280x720", 30.0, 4_000_000, hold))
+            plain = asyncio.run(plain_send_window(streams, size, fps, bitrate, hold))
             ratio = ours.packets_per_cpu_s / plain.packets_per_cpu_s
             extension = f"{ours.playout_delay}/{streams} and {plain.playout_delay}/{streams}"
+            stream = f"{args.send_profile} {bitrate / 1e6:g} Mbps"
             note(
-                f"(c) send path, {streams} × 720p30 4 Mbps, packets the receivers got",
+                f"(c) send path, {streams} × {stream}, packets the receivers got",
                 f"ours         {ours.describe()}\n  plain aiortc {plain.describe()}\n"
                 f"  ratio ours / plain aiortc, packets per CPU-second: {ratio:.2f} "
                 f"(playout-delay extension in the answers: {extension})",
                 f"python {serve_cmd}\n    receivers and plain aiortc sender: "
                 f"python benchmarks/loadtest.py --skip a,b,d --send-streams {streams} "
-                f"--send-hold {hold:g}",
+                f"--send-hold {hold:g} --send-profile {args.send_profile}",
             )
 
     if "b" not in skip:
