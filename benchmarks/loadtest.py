@@ -76,6 +76,12 @@ def serve(*args: str, log: Path, timeout: float = 300.0) -> Iterator[tuple[str, 
         yield server.url, server.process.pid, server.command
 
 
+def replay_args(size: str, fps: float, bitrate: int, slots: int) -> tuple[str, ...]:
+    """`serve`'s arguments for `--encoder replay` streams of `size` at `fps` and `bitrate`."""
+    return ("--encoder", "replay", "--resolution", size, "--fps", f"{fps:g}",
+            "--bitrate", str(bitrate), "--slots", str(slots))  # fmt: skip
+
+
 def shell_line(command: list[str]) -> str:
     """`command` as a shell line, without the interpreter (printed after "python ")."""
     return " ".join(shlex.quote(c) for c in command[1:])
@@ -336,8 +342,7 @@ def main() -> int:
         rows.append((what, result, command))
         print(f"[{time.monotonic() - t_start:5.0f} s] {what}: {result}", flush=True)
 
-    serve_720 = ("--encoder", "replay", "--resolution", "1280x720", "--fps", "30",
-                 "--bitrate", "4000000", "--slots", "24")  # fmt: skip
+    serve_720 = replay_args(*SEND_PROFILES["720p30"], slots=24)
     if "a" not in skip:
         with serve(*serve_720, log=work / "serve-720.log") as (url, pid, command):
             serve_cmd = shell_line(command)
@@ -351,8 +356,7 @@ def main() -> int:
                  f"python {serve_cmd}\n    {cmd}")  # fmt: skip
     if "c" not in skip:
         size, fps, bitrate = SEND_PROFILES[args.send_profile]
-        serve_c = ("--encoder", "replay", "--resolution", size, "--fps", f"{fps:g}",
-                   "--bitrate", str(bitrate), "--slots", "24")  # fmt: skip
+        serve_c = replay_args(size, fps, bitrate, slots=24)
         # the same packets on both sides: the observing aiortc peers offer RED and ULPFEC (this
         # process registered them with aiortc), which stock aiortc never sends, so ours doesn't
         # either: every packet on both sides is a plain H.264 packet of the clip
@@ -377,9 +381,7 @@ def main() -> int:
             )
 
     if "b" not in skip:
-        slots = str(max(args.max_4k, 4))
-        serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
-                      "--bitrate", "25000000", "--slots", slots)  # fmt: skip
+        serve_args = replay_args(*SEND_PROFILES["4k60"], slots=max(args.max_4k, 4))
         with serve(*serve_args, log=work / "serve-4k.log") as (url, pid, command):
             serve_cmd = shell_line(command)
 

@@ -6,7 +6,7 @@ import concurrent.futures.thread
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from render_server.config import Resolution, ServerConfig, StreamConfig
+from render_server.metrics import Metrics
 from render_server.render import Scene, default_scene
+from render_server.stream.session import StreamSession
 from render_server.thread_policy import demote_realtime_threads
 
 from .leftover_processes import mark_this_run, stop_leftovers
@@ -98,3 +100,20 @@ def start_server(aiohttp_server, scene: Scene) -> ServerFactory:  # type: ignore
         return await aiohttp_server(app, host="127.0.0.1")  # type: ignore[no-any-return]
 
     return start
+
+
+@pytest.fixture
+async def worker_session(scene: Scene) -> AsyncIterator[StreamSession]:
+    """A session opened on a one-slot `LocalWorker` (160x90, libx264, CPU renderer), for a
+    real aiortc peer to offer to; closed after the test."""
+    from render_server.worker.local import LocalWorker
+
+    stream = StreamConfig(resolution=Resolution(160, 90), encoder="x264", renderer="cpu")
+    worker = LocalWorker("w", scene, stream, 1, Metrics())
+
+    async def on_end(reason: str) -> None:
+        pass
+
+    opened = await worker.open_session("b" * 32, on_end)
+    yield opened
+    await opened.close("test_done")

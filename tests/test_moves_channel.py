@@ -16,11 +16,7 @@ from typing import Any
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
-from render_server.config import Resolution, StreamConfig
-from render_server.metrics import Metrics
-from render_server.render.scene import Scene
 from render_server.stream.session import StreamSession
-from render_server.worker.local import LocalWorker
 
 from .support import eventually_async
 
@@ -60,67 +56,58 @@ class Page:
 
 
 @pytest.fixture
-async def session(scene: Scene) -> AsyncIterator[StreamSession]:
-    stream = StreamConfig(resolution=Resolution(160, 90), encoder="x264", renderer="cpu")
-    worker = LocalWorker("w", scene, stream, 1, Metrics())
-
-    async def on_end(reason: str) -> None:
-        pass
-
-    opened = await worker.open_session("c" * 32, on_end)
-    yield opened
-    await opened.close("test_done")
-
-
-@pytest.fixture
-async def page(session: StreamSession) -> AsyncIterator[Page]:
+async def page(worker_session: StreamSession) -> AsyncIterator[Page]:
     page = Page()
-    await page.connect(session)
+    await page.connect(worker_session)
     yield page
     await page.pc.close()
 
 
-def rejected(session: StreamSession, code: str) -> float:
-    value = session.metrics.registry.get_sample_value("worker_input_rejected_total", {"code": code})
+def rejected(worker_session: StreamSession, code: str) -> float:
+    value = worker_session.metrics.registry.get_sample_value(
+        "worker_input_rejected_total", {"code": code}
+    )
     return value or 0.0
 
 
 async def test_moves_on_the_unordered_channel_steer_the_camera(
-    session: StreamSession, page: Page
+    worker_session: StreamSession, page: Page
 ) -> None:
-    held = session.input.moves
+    held = worker_session.input.moves
     assert held is not None and held.ordered is False  # the worker sees it unordered
-    camera = session.input.controller.camera
+    camera = worker_session.input.controller.camera
     yaw = camera.yaw
     for seq in range(1, 6):
         page.moves.send(json.dumps(move(seq)))
     await eventually_async(lambda: abs(camera.yaw - yaw) > 0.1, 10, what="the drag's orbit")
     turned = camera.yaw
     # an older move, late: the camera moves by it, the newest input stays the newest
-    newest = session.input.newest_input_seq
+    newest = worker_session.input.newest_input_seq
     assert newest == 5
     page.moves.send(json.dumps(move(3)))
     await eventually_async(lambda: camera.yaw != turned, 10, what="the late move's orbit")
-    assert session.input.newest_input_seq == 5
+    assert worker_session.input.newest_input_seq == 5
     # a wheel turn goes there too
     distance = camera.distance
     page.moves.send(json.dumps({"type": "wheel", "dy": 120, "seq": 6}))
     await eventually_async(lambda: camera.distance != distance, 10, what="the zoom")
-    assert session.input.newest_input_seq == 6
+    assert worker_session.input.newest_input_seq == 6
     assert not [m for m in page.messages if m.get("type") == "error"]
 
 
-async def test_only_moves_go_on_the_moves_channel(session: StreamSession, page: Page) -> None:
-    camera = session.input.controller.camera
+async def test_only_moves_go_on_the_moves_channel(
+    worker_session: StreamSession, page: Page
+) -> None:
+    camera = worker_session.input.controller.camera
     state = camera.state()
-    before = rejected(session, "wrong_channel")
+    before = rejected(worker_session, "wrong_channel")
     page.moves.send(json.dumps({"type": "key", "action": "down", "code": "KeyW", "seq": 1}))
     error = await page.error("wrong_channel")
     assert "`key`" in error["message"] and "`input`" in error["message"]
     page.moves.send(json.dumps({**move(2), "action": "down"}))  # a press is not a move
     page.moves.send(json.dumps({"type": "ping", "id": 1, "t": 0}))
     await eventually_async(
-        lambda: rejected(session, "wrong_channel") == before + 3, 10, what="three refused"
+        lambda: rejected(worker_session, "wrong_channel") == before + 3, 10, what="three refused"
     )
     await asyncio.sleep(0.3)  # a key held would have moved the camera by now
     assert camera.state() == state
@@ -133,14 +120,14 @@ async def test_only_moves_go_on_the_moves_channel(session: StreamSession, page: 
     await eventually_async(lambda: camera.state() != state, 10, what="a move on input")
 
 
-async def test_a_second_moves_channel_is_closed(session: StreamSession, page: Page) -> None:
+async def test_a_second_moves_channel_is_closed(worker_session: StreamSession, page: Page) -> None:
     second = page.pc.createDataChannel("moves", ordered=False)
     other = page.pc.createDataChannel("files")  # no such channel: closed too
     await eventually_async(
         lambda: second.readyState == other.readyState == "closed", 10, what="refused"
     )
     assert page.moves.readyState == "open"
-    camera = session.input.controller.camera
+    camera = worker_session.input.controller.camera
     yaw = camera.yaw
     page.moves.send(json.dumps(move(1)))
     await eventually_async(lambda: camera.yaw != yaw, 10, what="the first one still steers")

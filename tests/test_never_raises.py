@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -69,37 +68,26 @@ class Browser:
         return await eventually_async(found, 10, what=unanswered)
 
 
-@pytest.fixture
-async def session(scene: Scene) -> AsyncIterator[StreamSession]:
-    stream = StreamConfig(resolution=Resolution(160, 90), encoder="x264", renderer="cpu")
-    worker = LocalWorker("w", scene, stream, 1, Metrics())
-
-    async def on_end(reason: str) -> None:
-        pass
-
-    opened = await worker.open_session("b" * 32, on_end)
-    yield opened
-    await opened.close("test_done")
-
-
 async def test_a_failing_command_is_answered_internal_logged_once_and_the_stream_goes_on(
-    session: StreamSession, caplog: pytest.LogCaptureFixture
+    worker_session: StreamSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(*args: Any) -> dict[str, Any]:
         raise RuntimeError("a bug in a command")
 
-    session.input.commands.execute = broken  # type: ignore[method-assign]
+    worker_session.input.commands.execute = broken  # type: ignore[method-assign]
     browser = Browser()
     try:
-        await browser.connect(session)
+        await browser.connect(worker_session)
         with caplog.at_level(logging.WARNING):
             for _ in range(3):
                 error = await browser.answer({"type": "command", "name": "getCamera"}, "error")
                 assert error["code"] == "internal"
         assert (await browser.answer({"type": "ping", "id": 1, "t": 0}, "pong"))["id"] == 1
-        frames = session.frames
-        await eventually_async(lambda: session.frames > frames, 10, what="the stream goes on")
-        assert session.pc is not None and session.pc.connectionState == "connected"
+        frames = worker_session.frames
+        await eventually_async(
+            lambda: worker_session.frames > frames, 10, what="the stream goes on"
+        )
+        assert worker_session.pc is not None and worker_session.pc.connectionState == "connected"
     finally:
         await browser.pc.close()
     [logged] = failures(caplog, "session.handler_failed")  # once, not once per message

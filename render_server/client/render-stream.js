@@ -41,8 +41,6 @@ const PING_EVERY_MS = 1000;
 const STEERING = new Set(['pointer', 'wheel', 'key', 'touch', 'gamepad']);
 // input that a page sends only while it steers (`presence`): anyone else's is refused
 const STEERING_ONLY = new Set([...STEERING, 'blur']);
-// what may go on the unordered `moves` channel (pointer events only when they are moves)
-const MOVES = new Set(['pointer', 'wheel']);
 // errors on resume (or on watching again) that no retry can fix
 const FINAL_RESUME_ERRORS = new Set(['unknown_session', 'forbidden', 'unauthorized']);
 // a session that ended with one of these failed: the `error` event fires too
@@ -63,6 +61,11 @@ export class RenderStreamError extends Error {
     this.name = 'RenderStreamError';
     this.code = code;
   }
+}
+
+/** What may go on the unordered `moves` channel: deltas, whose order does not matter. */
+function isMove(event) {
+  return event.type === 'wheel' || (event.type === 'pointer' && event.action === 'move');
 }
 
 function signalingUrl(server, path) {
@@ -206,10 +209,8 @@ export class RenderStream extends EventTarget {
     }
     // a move or a wheel turn on the unordered channel where it is open: over a lossy path a
     // lost packet of the ordered one holds back every later move until it is resent
-    const moves = this.moves;
-    const unordered = moves && moves.readyState === 'open' && MOVES.has(event.type)
-      && (event.type !== 'pointer' || event.action === 'move');
-    (unordered ? moves : this.input).send(JSON.stringify(event));
+    const unordered = isMove(event) && this.moves?.readyState === 'open';
+    (unordered ? this.moves : this.input).send(JSON.stringify(event));
     // after the send: the pixel meter's sample of the picture must not hold the input back
     if (steering) this.firstMoveMeter.onSteer(event, timeStamp);
     return true;

@@ -92,6 +92,20 @@ def refused_channel(
     return True
 
 
+def attach_moves(
+    channel: RTCDataChannel,
+    held: RTCDataChannel | None,
+    log: SessionLogger,
+    on_message: Callable[..., None],
+) -> RTCDataChannel | None:
+    """The peer's `moves` channel once `channel` (labelled so) is taken as it, its messages
+    going to `on_message(message, moves=True)`; `held` where it was refused."""
+    if refused_channel(channel, held, log, MOVES_CHANNEL):
+        return held
+    channel.on("message", partial(on_message, moves=True))
+    return channel
+
+
 def carries_moves(event: InputEvent) -> bool:
     """What the `moves` channel may carry: deltas, whose order does not matter."""
     return isinstance(event, WheelEvent) or (
@@ -220,9 +234,7 @@ class InputChannel:
         """A data channel the peer opened: the first `input` one is taken, and the first
         `moves` one; others are closed."""
         if channel.label == MOVES_CHANNEL:
-            if not refused_channel(channel, self.moves, self.log, MOVES_CHANNEL):
-                self.moves = channel
-                channel.on("message", partial(self.on_message, moves=True))
+            self.moves = attach_moves(channel, self.moves, self.log, self.on_message)
             return
         if refused_channel(channel, self.channel, self.log):
             return

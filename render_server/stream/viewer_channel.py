@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from aiortc import RTCDataChannel
@@ -36,6 +35,7 @@ from render_server.stream.input_channel import (
     INPUT_RATE_PER_S,
     MOVES_CHANNEL,
     Notices,
+    attach_moves,
     pong,
     read_message,
     refuse_off_moves,
@@ -80,9 +80,7 @@ class ViewerChannel:
 
     def attach(self, channel: RTCDataChannel) -> None:
         if channel.label == MOVES_CHANNEL:  # a viewer handed control steers through it
-            if not refused_channel(channel, self.moves, self.log, MOVES_CHANNEL):
-                self.moves = channel
-                channel.on("message", partial(self.on_message, moves=True))
+            self.moves = attach_moves(channel, self.moves, self.log, self.on_message)
             return
         if refused_channel(channel, self.channel, self.log):
             return
