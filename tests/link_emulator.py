@@ -9,7 +9,10 @@ rate). The profile is a JSON file (`LinkProfile.as_dict`), read again on SIGHUP.
 
     ip netns exec ROUTER python -m tests.link_emulator --tun lab0 --profile FILE
 
-Runs until SIGTERM or SIGINT. Prints "ready" on stdout once attached.
+Runs until SIGTERM or SIGINT. Prints "ready" on stdout once attached. With
+`LINK_EMULATOR_TRACE=FILE` it also writes a line for every RTP or RTCP packet it takes (time,
+dropped or not, the sender's address, and the header fields SRTP leaves in the clear: payload
+type, sequence number, timestamp, SSRC, size), to see which losses a stream's stalls followed.
 """
 
 from __future__ import annotations
@@ -72,12 +75,17 @@ class Emulator:
         self.last_due: dict[bytes, float] = {}  # per destination: no overtaking
         self.order = 0
         self.passed = self.dropped = 0
+        trace = os.environ.get("LINK_EMULATOR_TRACE")
+        self.trace = open(trace, "a", buffering=1 << 16) if trace else None  # noqa: SIM115
 
     def take(self, packet: bytes, now: float) -> None:
         profile = self.profile
         if len(packet) < 20 or packet[0] >> 4 != 4:  # IPv4 only in the lab
             return
-        if profile.loss and self.random.random() < profile.loss:
+        lost = bool(profile.loss) and self.random.random() < profile.loss
+        if self.trace is not None:
+            self.write_trace(packet, now, lost)
+        if lost:
             self.dropped += 1
             return
         if len(self.queue) >= MAX_QUEUE:
@@ -89,6 +97,20 @@ class Emulator:
         self.last_due[destination] = due
         self.order += 1
         heapq.heappush(self.queue, (due, self.order, packet))
+
+    def write_trace(self, packet: bytes, now: float, lost: bool) -> None:
+        assert self.trace is not None
+        start = (packet[0] & 0x0F) * 4 + 8  # past the IPv4 and UDP headers
+        if packet[9] != 17 or len(packet) < start + 12 or packet[start] >> 6 != 2:
+            return  # not UDP, or not RTP/RTCP (STUN, DTLS)
+        head = packet[start : start + 12]
+        seq, ts, ssrc = struct.unpack("!HII", head[2:12])
+        rtcp = 192 <= head[1] <= 223
+        kind = head[1] if rtcp else head[1] & 0x7F  # RTCP's type, or RTP's payload type
+        marker = 0 if rtcp else head[1] >> 7
+        self.trace.write(
+            f"{now:.6f} {int(lost)} {packet[15]} {kind} {marker} {seq} {ts} {ssrc} {len(packet)}\n"
+        )
 
     def release(self, now: float) -> float | None:
         """Write every packet that is due; seconds until the next one (None: none held)."""
@@ -145,6 +167,8 @@ def main() -> int:
     emulator = Emulator(open_tun(args.tun), profile, args.seed)
     print("ready", flush=True)
     emulator.run(args.profile)
+    if emulator.trace is not None:
+        emulator.trace.close()
     print(f"passed {emulator.passed} dropped {emulator.dropped}", flush=True)
     return 0
 
