@@ -128,7 +128,8 @@ class StreamConfig:
     # forward error correction (ULPFEC in RED) on the paced path, where the browser offers it
     # and the path loses packets (transport/fec_path.py)
     fec: bool = True
-    # each frame's last FEC packet sent once more as an RTX copy, where RTX for RED was negotiated
+    # FEC packets sent once more as RTX copies where RTX for RED was negotiated (H.264: each;
+    # else a frame's last), see transport/fec_path.py
     fec_copies: bool = True
     # viewers of each shared session (docs/sharing.md); 0: sharing off
     max_viewers: int = 8

@@ -141,8 +141,9 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--fec-copies", choices=("on", "off"),
         default=env("fec_copies", "on" if s.fec_copies else "off"),
-        help="send each frame's last FEC packet once more as an RTX copy where the browser "
-        "negotiated RTX for RED: losing it no longer holds H.264's next frame (%(default)s)",
+        help="send FEC packets once more as RTX copies where the browser negotiated RTX for "
+        "RED: every one for H.264, whose next frame a lost one holds, so that its frames get "
+        "full protection; the last of a frame for VP8 and AV1 (%(default)s)",
     )  # fmt: skip
     g.add_argument(
         "--record-congestion", metavar="DIR",

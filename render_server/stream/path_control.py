@@ -81,8 +81,8 @@ class PathControl:
         return self.path
 
     def answered(self, answer_sdp: str, fec_copies: bool = True) -> bool:
-        """The answer is set: forward error correction where it has RED and ULPFEC (each frame's
-        last FEC packet sent twice with `fec_copies`)."""
+        """The answer is set: forward error correction where it has RED and ULPFEC (FEC packets
+        sent twice with `fec_copies`, see transport/fec_path.py)."""
         fec = fec_payload_types(answer_sdp) if self.path is not None else None
         if fec is not None and self.path is not None:
             self.path.enable_fec(fec, fec_copies)

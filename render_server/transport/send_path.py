@@ -242,7 +242,7 @@ class SendPath:
 
     def enable_fec(self, types: FecPayloadTypes, copies: bool = True) -> None:
         """Protect frames with ULPFEC in RED (`types`, from the answer) while the path loses
-        packets, each frame's last FEC packet twice with `copies`; before the first packet."""
+        packets, FEC packets twice with `copies` (fec_path); before the first packet."""
         self._fec_types, self._fec_copies = types, copies
         # random loss up to this ULPFEC repairs before the browser notices (fec_path)
         self.controller.set_loss_tolerance(FEC_LOSS_TOLERANCE)
