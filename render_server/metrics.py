@@ -62,6 +62,11 @@ class Metrics:
         self.slots_free = Gauge("worker_slots_free", "Worker slots free", registry=r)
         self.frames = Counter("worker_frames_encoded", "Frames encoded and sent", registry=r)
         self.frame_bytes = Counter("worker_frame_bytes", "Encoded bytes sent", registry=r)
+        self.session_pauses = Counter(
+            "worker_session_pauses",
+            "Times a session stopped making frames: its peer sent no RTCP for 3 s, no viewer",
+            registry=r,
+        )
         self.keyframes = Counter(
             "worker_keyframes", "Keyframes encoded, by reason", ["reason"], registry=r
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import av
 import pytest
+from aiortc.mediastreams import MediaStreamError
 
 from render_server.ticks import next_on_grid, on_grid
 from render_server.transport.track import WAKE_SLACK_S, EncodedVideoTrack
@@ -191,3 +192,27 @@ async def test_a_long_move_keeps_the_frame_rate(busy_ms: float) -> None:
     # the cap still holds (times are taken on the encoding thread, which the machine may hold
     # back now and then: a late start followed by a prompt one is no breach)
     assert sorted(gaps)[len(gaps) // 20] > 1 / fps - WAKE_SLACK_S - 1e-3, shown
+
+
+async def test_a_paused_track_makes_no_frame_until_resumed_and_a_stop_wakes_it() -> None:
+    source = Source()
+    async with Harness(source) as harness:
+        await asyncio.sleep(0.3)
+        harness.track.pause()
+        await asyncio.sleep(0.05)  # a frame under way when paused may finish
+        made = len(source.starts)
+        harness.move()  # input does not wake a paused track: nobody would see the frame
+        await asyncio.sleep(0.4)
+        assert len(source.starts) == made and harness.track.paused
+        harness.track.resume()
+        await asyncio.sleep(0.2)
+        assert len(source.starts) > made and source.starts[made][1] == harness.camera
+    paused = Harness(Source())
+    paused.track.pause()
+    recv = asyncio.create_task(paused.track.recv())
+    await asyncio.sleep(0.05)
+    assert not recv.done()
+    paused.track.stop()
+    with pytest.raises(MediaStreamError):
+        await asyncio.wait_for(recv, 1)
+    paused.executor.shutdown(wait=True)

@@ -48,7 +48,7 @@ from render_server.protocol.worker import (
     WorkerSessionEnded,
 )
 from render_server.render.scene import Scene
-from render_server.stream.session import StreamSession
+from render_server.stream.session import PEER_QUIET_S, StreamSession
 from render_server.transport.fan_out import FanOutTrack
 from render_server.worker.local import LocalWorker
 from render_server.worker.pool import PoolService
@@ -444,6 +444,23 @@ async def test_a_frozen_viewer_loses_its_own_frames_and_is_let_go(worker: Worker
     assert worker.metric("worker_viewers") == 1
     await owner.presence(lambda p: [v["id"] for v in p["peers"]] == [OWNER_PEER, viewer_id(2)])
     await carol.streaming(5)
+
+
+async def test_a_quiet_owner_pauses_the_frames_only_once_no_viewer_watches(worker: Worker) -> None:
+    await worker.open()
+    owner = await worker.owner()
+    bob = await worker.viewer(1, "Bob")
+    for page in (owner, bob):
+        await page.streaming()
+    owner.freeze()  # no RTCP from the owner: tests/test_quiet_peer.py has it pause alone
+    frozen_at = time.monotonic()
+    await asyncio.sleep(PEER_QUIET_S + 2)
+    assert worker.metric("worker_session_pauses_total") == 0
+    assert bob.frames_between(frozen_at + PEER_QUIET_S + 1, time.monotonic()) >= 5  # Bob watches on
+    await worker.service.handle(ViewerLeave(SID, viewer_id(1), "left"))
+    await eventually_async(
+        lambda: worker.metric("worker_session_pauses_total") == 1, 3, what="paused once alone"
+    )
 
 
 async def test_a_viewer_that_cannot_be_sent_to_drops_its_own_frames(worker: Worker) -> None:

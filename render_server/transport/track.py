@@ -60,7 +60,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     holds between frames that show something new, so the first move after stillness never
     waits behind a repeat, and input that arrives while a frame is being made starts the next
     one as soon as that frame is handed over. A frame that fails is `on_error`'s to judge:
-    True, the track goes on at the next tick; False, it ends.
+    True, the track goes on at the next tick; False, it ends. A `pause`d track renders and
+    encodes nothing (its peer went quiet) until `resume`, then ticks from that moment.
     """
 
     kind = "video"
@@ -94,6 +95,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         self.dropped_ticks = 0  # frame times skipped because a frame took too long
         self.idle_ticks = 0  # ticks that repeated nothing because the picture stood still
         self.ticks = 0  # frame times taken (sent or idle); dropped ones are counted above
+        self._running = asyncio.Event()
+        self._running.set()  # cleared while paused
 
     def set_fps(self, fps: float) -> None:
         """Pace frames at `fps` from the next tick on."""
@@ -102,6 +105,21 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         # half the rate by default: a gap under three frame intervals is no freeze to a browser
         idle = min(self._idle_fps or fps / 2, fps)
         self._idle_interval = 1.0 / idle
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        """Make no frame until `resume`: nobody is there to see it."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        super().stop()
+        self._running.set()  # a paused `recv` wakes to find the track ended
 
     def poke(self) -> None:
         """Input arrived: a frame should start as soon as the frame rate allows."""
@@ -126,6 +144,9 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     async def recv(self) -> EncodedPacket:
         loop = asyncio.get_running_loop()
         while True:
+            if not self._running.is_set():
+                await self._running.wait()
+                self._next_tick = None  # ticks start again from the resume, not a backlog
             if self.readyState != "live":
                 raise MediaStreamError
             now = loop.time()
