@@ -6,7 +6,9 @@ run, and each against a clean link (or the direct path).
 1. Chromium on a lossy link: `render-server serve` (CPU renderer, 1280x720 at 30 fps) in the
    lab's server namespace, headless Chromium in its client namespace (Playwright launches it
    through `ip netns exec`), the designer page dragged for `--seconds`. Over the drag: frames
-   displayed (requestVideoFrameCallback), their rate, freezes (a gap over three frame
+   displayed (requestVideoFrameCallback), their rate, the rate the compositor presented
+   (the callbacks' `presentedFrames`, which also counts frames shown between two callbacks
+   while the page's main thread was busy), freezes (a gap over three frame
    intervals, each put down to the worker, the path or the browser: see `gaps`) and the
    longest gap, input-to-photon from the SDK's meter. First on a clean link with the same
    round trip (the baseline), then on 40 ms RTT, 2 % random loss each way, 8 Mbit/s: the
@@ -82,12 +84,15 @@ def gaps(
 
 def chromium_run(lab: NetLab, url: str, seconds: float) -> dict[str, Any]:
     summary = lab.chromium(url, seconds, (1280, 720))
-    shown = summary["shown"]
+    shown, presented = summary["shown"], summary.get("presented") or []
     window_s = (summary["t1"] - summary["t0"]) / 1000
+    counted = presented[-1] - presented[0] + 1 if presented else 0
     return {
         "codec": summary.get("codec"),
+        "seconds": window_s,
         "shown": len(shown),
         "fps": len(shown) / window_s if window_s else 0.0,
+        "presented_fps": counted / window_s if window_s else 0.0,
         "i2p_p50": summary["inputToPhoton"]["p50"],
         "g2g_p50": summary["glassToGlass"]["p50"],
         **gaps(shown, summary.get("sent"), summary.get("records")),
@@ -125,6 +130,25 @@ def lossy_link(
                     label = f"{name} · {path}" + (f" · {run + 1}" if repeat > 1 else "")
                     out[label] = chromium_run(lab, urls[path], seconds)
     return out
+
+
+def per_minute(links: dict[str, dict[str, Any]]) -> list[str]:
+    """Each link and send path over all its runs: freezes per minute, and the shown rate."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for name, r in links.items():
+        grouped.setdefault(name.rsplit(" · ", 1)[0] if name.count(" · ") > 1 else name, []).append(
+            r
+        )
+    lines = []
+    for name, runs in grouped.items():
+        minutes = sum(r["seconds"] for r in runs) / 60
+        freezes = sum(r["freezes"] for r in runs)
+        over = sum(r["freezes_over_200ms"] for r in runs)
+        fps = [round(r["fps"], 1) for r in runs]
+        lines.append(f"  {name}: {freezes / minutes:.1f} freezes a minute ({freezes} in "
+                     f"{minutes:.1f} min, {over} over 200 ms), "
+                     f"shown {min(fps)}–{max(fps)} fps")  # fmt: skip
+    return lines
 
 
 def draw(results: dict[str, dict[str, Any]], path: Path) -> None:
@@ -245,14 +269,16 @@ def main() -> int:
         f"Chromium, 1280x720 at 30 fps ({args.encoder}), drag window (ms); freezes by what"
         " they came with: w = no frame sent between, p = sent, late on the path, d = display"
     )
-    print(f"{'link · send path':<44}{'shown':>7}{'fps':>7}{'i2p p50':>9}{'g2g p50':>9}"
-          f"{'freezes':>9}{'w/p/d':>10}{'>200ms':>8}{'longest':>9}")  # fmt: skip
+    print(f"{'link · send path':<44}{'shown':>7}{'fps':>7}{'pres.':>7}{'i2p p50':>9}"
+          f"{'g2g p50':>9}{'freezes':>9}{'w/p/d':>10}{'>200ms':>8}{'longest':>9}")  # fmt: skip
     for name, r in links.items():
         causes = r["freezes_by_cause"] or {}
         split = "/".join(str(causes.get(k, "?")) for k in ("worker", "path", "display"))
-        print(f"{name:<44}{r['shown']:>7}{r['fps']:>7.1f}{r['i2p_p50'] or 0:>9.1f}"
-              f"{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{split:>10}"
+        print(f"{name:<44}{r['shown']:>7}{r['fps']:>7.1f}{r['presented_fps']:>7.1f}"
+              f"{r['i2p_p50'] or 0:>9.1f}{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{split:>10}"
               f"{r['freezes_over_200ms']:>8}{r['longest_gap_ms']:>9.0f}")  # fmt: skip
+    for line in per_minute(links):
+        print(line)
     if not relay:
         return 0
     direct, relayed = relay["direct"], relay["relay (TURN/UDP)"]

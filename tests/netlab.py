@@ -63,12 +63,15 @@ print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(int(width), 
 """
 # the page scripts of a drag window that keeps every displayed frame's time (`shown`, the
 # page's clock), its RTP timestamp and when its last packet arrived (`sent`, from the video
-# frame callback's metadata), the RTP timestamps of every frame the worker sent (`records`,
-# its timing records) beside the SDK's latency summary
+# frame callback's metadata), the compositor's count of frames presented at each callback
+# (`presented`: it also counts frames shown between two callbacks of a busy page), the RTP
+# timestamps of every frame the worker sent (`records`, its timing records) beside the SDK's
+# latency summary
 SHOWN_OPEN_JS = """() => {
   const video = window.renderStream.video;
   window.__shown = [];
   window.__sent = [];  // each shown frame's RTP timestamp and when its last packet came (ms)
+  window.__presented = [];  // the compositor's count of frames presented, at each callback
   window.__t0 = performance.now();
   // every frame the worker says it sent (its timing records, keyed by RTP timestamp)
   window.__records = [];
@@ -82,6 +85,7 @@ SHOWN_OPEN_JS = """() => {
   const tick = (now, meta) => {
     window.__shown.push(now);
     window.__sent.push([meta.rtpTimestamp ?? null, meta.receiveTime ?? null]);
+    window.__presented.push(meta.presentedFrames);
     video.requestVideoFrameCallback(tick);
   };
   video.requestVideoFrameCallback(tick);
@@ -92,6 +96,7 @@ SHOWN_SUMMARY_JS = """() => {
   return { ...window.renderStream.latency(),
     shown: window.__shown.filter((_, i) => keep[i]),
     sent: window.__sent.filter((_, i) => keep[i]), records: window.__records,
+    presented: window.__presented.filter((_, i) => keep[i]),
     t0: window.__t0, t1: window.__t1 };
 }"""
 
