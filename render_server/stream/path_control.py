@@ -112,7 +112,8 @@ class PathControl:
                    "feedback": path.feedback_messages, "probes": path.probes,
                    "step": self.steps.index, "loss": round(state["loss"], 4),
                    "fec_sent": fec.fec_sent if fec else None,
-                   "fec_resent": fec.fec_resent if fec else None},
+                   "fec_resent": fec.fec_resent if fec else None,
+                   "fec_withheld": fec.rekey.withheld if fec and fec.rekey else None},
         )  # fmt: skip
 
     def max_bitrate(self) -> int:

@@ -34,7 +34,9 @@ FEC packet and no copy (2.4 % by the same count with the one copy of the design 
 where that FEC packet, the XOR of the frame, rebuilt a single loss: in the lab, a frame with
 two lost packets then waited a NACK round trip and the page showed a gap of 100–200 ms).
 Without copies an in-order frame keeps the one FEC packet: each more would be one more
-chance to hold the next frame. VP8 and AV1 frames wait
+chance to hold the next frame. And for H.264 no FEC goes out where libwebrtc's receiver moves
+its GOP key, every 10,000 numbers (gop_rekey.py: a FEC packet there could make it drop a
+frame and stand still for 3 s). VP8 and AV1 frames wait
 on nothing but their own packets; their last FEC packet is copied (the copies have numbers
 of their own, so transport feedback counts them as any packet). `share` counts the copies.
 Pure: bytes in, bytes out (red.py and ulpfec.py are the wire formats).
@@ -43,12 +45,14 @@ Pure: bytes in, bytes out (red.py and ulpfec.py are the wire formats).
 from __future__ import annotations
 
 import random
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from struct import unpack_from
 from typing import Final, TypeVar
 
+from render_server.transport.gop_rekey import RekeyGuard, starts_keyframe
 from render_server.transport.red import rtp_layout, wrap_red
 from render_server.transport.rtcp_compound import rtcp_pieces
 from render_server.transport.ulpfec import FecParams, UlpfecGenerator
@@ -97,6 +101,7 @@ class FecPath:
         types: FecPayloadTypes,
         zero_ids: tuple[int, ...],
         rtx_numbers: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.media_ssrc = media_ssrc
         self.rtx_ssrc = rtx_ssrc
@@ -113,6 +118,9 @@ class FecPath:
         self._generator = UlpfecGenerator(max_fec_packets=most, zero_extension_ids=zero_ids)
         self._wire = random.getrandbits(16)
         self._frame_start = True
+        # H.264: no FEC where libwebrtc's receiver moves its GOP key (gop_rekey.py)
+        self.rekey = RekeyGuard(clock) if types.in_order else None
+        self._keyframe = False  # the frame under way starts an IDR or carries an SPS
         self._protecting = False
         # aiortc's number → (the wire's, whether it went in RED); and the wire's → aiortc's
         self._to_wire: OrderedDict[int, tuple[int, bool]] = OrderedDict()
@@ -150,19 +158,28 @@ class FecPath:
             self._protecting = self.factor > 0
             if self._protecting:
                 self._generator.set_params(FecParams(self.factor))
+            self._keyframe = False
         self._frame_start = bool(packet[1] & MARKER)
         aiortc = int.from_bytes(packet[2:4], "big")
         wire = self._number()
         renumbered = packet[:2] + wire.to_bytes(2, "big") + packet[4:]
         _remember(self._to_wire, aiortc, (wire, self._protecting))
         _remember(self._to_aiortc, wire, aiortc)
+        if self.rekey is not None:
+            if not self._keyframe:
+                self._keyframe = starts_keyframe(packet[rtp_layout(packet).header_size :])
+            if self._frame_start:
+                self.rekey.frame_ended(wire, self._keyframe)
         if not self._protecting:
             return [renumbered]
         out = [wrap_red(renumbered, self.types.red)]
         self._generator.add_media_packet(renumbered)
         if self._frame_start:  # it ended the frame: the batch's FEC follows
             fec_packets = []
-            for fec in self._generator.fec_packets():
+            made = self._generator.fec_packets()
+            if self.rekey is not None and not self.rekey.fec_may_follow(wire, len(made)):
+                made = []  # the frame goes without: the receiver is about to move its key
+            for fec in made:
                 number = self._number()
                 data = fec.to_rtp(number, self.types.red, self.types.ulpfec)
                 _remember(self._fec, number, data)
