@@ -2,9 +2,13 @@
 told from H.264 payloads, FEC withheld for the frames whose FEC packets would take numbers
 past the key + 10,000 and for SETTLE_S after the first frame to end past it, the key moved to
 that frame's last number then, and a keyframe starting a new key; through FecPath, no FEC
-packet of an H.264 stream ever lands in the window, and other codecs are not touched."""
+packet of an H.264 stream ever lands in the window, with RTX copies the frames near the key
+go twice instead (each copy restoring its packet, marker and all), and other codecs are not
+touched."""
 
 from __future__ import annotations
+
+import itertools
 
 from aiortc.rtp import RtpPacket
 
@@ -118,3 +122,47 @@ def test_no_h264_fec_lands_where_the_receiver_moves_its_key() -> None:
 def test_other_codecs_get_their_fec_throughout() -> None:
     _, fec, _ = run(VP8, 1200)
     assert len({round(t * 30) for _, t in fec}) == 1200
+
+
+def test_with_copies_the_frames_near_the_key_go_twice_instead_of_with_fec() -> None:
+    clock = Clock()
+    numbers = itertools.count(100)
+    path = FecPath(1111, 2222, H264, (), lambda: next(numbers) & 0xFFFF, clock)
+    path.set_protection(protection_for(0.02))
+    doubled: list[int] = []  # frames sent with a copy of each packet
+    for n in range(1500):
+        clock.now = n / 30
+        out = [p for packet in frame(n * 12, 12, n * 3000, key=n == 0) for p in path.media(packet)]
+        media = [p for p in out if p[8:12] == (1111).to_bytes(4, "big") and p[12] == 102]
+        fec = [p for p in out if p[8:12] == (1111).to_bytes(4, "big") and p[12] == 121]
+        copies = [p for p in out if p[8:12] == (2222).to_bytes(4, "big")]
+        assert len(media) == 12
+        if len(copies) == 12 and not fec:
+            doubled.append(n)
+            # each copy restores its media packet bit for bit, the marker with it
+            assert [unwrap_rtx(c, 1111, 120) for c in copies] == media
+        else:
+            assert fec and len(copies) == len(fec)  # FEC and a copy of each, as ever
+    assert path.rekey is not None and path.rekey.key is not None
+    # a window each 10,000 numbers (12 media and 5 FEC packets a frame: two in 1,500
+    # frames), from 300 numbers before the key + 10,000 (12 numbers a frame there) to a
+    # second after the crossing frame
+    windows = [[doubled[0]]]
+    for n in doubled[1:]:
+        if n == windows[-1][-1] + 1:
+            windows[-1].append(n)
+        else:
+            windows.append([n])
+    assert len(windows) == 2
+    assert all(30 + 300 // 12 - 2 <= len(w) <= 30 + 300 // 12 + 2 for w in windows), windows
+    assert path.media_copies == 12 * len(doubled)
+
+
+def unwrap_rtx(packet: bytes, media_ssrc: int, red: int) -> bytes:
+    """What the receiver restores from an RTX copy: the original number, type and marker."""
+    header = 12 + 4 * (packet[0] & 0x0F)
+    if packet[0] & 0x10:
+        header += 4 + 4 * int.from_bytes(packet[header + 2 : header + 4], "big")
+    return b"".join((packet[:1], bytes((packet[1] & 0x80 | red,)), packet[header : header + 2],
+                     packet[4:8], media_ssrc.to_bytes(4, "big"), packet[12:header],
+                     packet[header + 2 :]))  # fmt: skip

@@ -34,11 +34,12 @@ FEC packet and no copy (2.4 % by the same count with the one copy of the design 
 where that FEC packet, the XOR of the frame, rebuilt a single loss: in the lab, a frame with
 two lost packets then waited a NACK round trip and the page showed a gap of 100–200 ms).
 Without copies an in-order frame keeps the one FEC packet: each more would be one more
-chance to hold the next frame. And for H.264 no FEC goes out where libwebrtc's receiver moves
-its GOP key, every 10,000 numbers (gop_rekey.py: a FEC packet there could make it drop a
-frame and stand still for 3 s). VP8 and AV1 frames wait
-on nothing but their own packets; their last FEC packet is copied (the copies have numbers
-of their own, so transport feedback counts them as any packet). `share` counts the copies.
+chance to hold the next frame. And for H.264 no FEC goes out where libwebrtc's receiver
+moves its GOP key, every 10,000 numbers (gop_rekey.py: a FEC packet there could make it drop
+a frame and stand still for 3 s); with copies, each packet of the frames sent then goes
+twice. VP8 and AV1 frames wait on nothing but their own packets; their last FEC packet is
+copied (the copies have numbers of their own, so transport feedback counts them as any
+packet). `share` counts the copies.
 Pure: bytes in, bytes out (red.py and ulpfec.py are the wire formats).
 """
 
@@ -112,12 +113,14 @@ class FecPath:
         self.factor = 0
         self.fec_sent = 0
         self.fec_resent = 0
+        self.media_copies = 0  # media packets sent twice near a GOP key move (gop_rekey.py)
         # in order without copies: one FEC packet a frame, as each lost one holds the next frame
         self._copy_all = types.in_order and self._rtx_numbers is not None
         most = 1 if types.in_order and not self._copy_all else None
         self._generator = UlpfecGenerator(max_fec_packets=most, zero_extension_ids=zero_ids)
         self._wire = random.getrandbits(16)
         self._frame_start = True
+        self._doubling = False
         # H.264: no FEC where libwebrtc's receiver moves its GOP key (gop_rekey.py)
         self.rekey = RekeyGuard(clock) if types.in_order else None
         self._keyframe = False  # the frame under way starts an IDR or carries an SPS
@@ -156,6 +159,11 @@ class FecPath:
         it where it ends a protected frame."""
         if self._frame_start:
             self._protecting = self.factor > 0
+            # near the receiver's GOP key move: each packet twice instead of FEC (gop_rekey.py)
+            self._doubling = (
+                self._protecting and self._copy_all and self.rekey is not None
+                and self.rekey.near(self._wire)
+            )  # fmt: skip
             if self._protecting:
                 self._generator.set_params(FecParams(self.factor))
             self._keyframe = False
@@ -173,6 +181,10 @@ class FecPath:
         if not self._protecting:
             return [renumbered]
         out = [wrap_red(renumbered, self.types.red)]
+        if self._doubling:
+            assert self._rtx_numbers is not None
+            self.media_copies += 1
+            return [*out, self._rtx_copy(out[0], self._rtx_numbers())]
         self._generator.add_media_packet(renumbered)
         if self._frame_start:  # it ended the frame: the batch's FEC follows
             fec_packets = []
@@ -192,13 +204,14 @@ class FecPath:
         return out
 
     def _rtx_copy(self, fec: bytes, number: int) -> bytes:
-        """FEC packet `fec` on the RTX stream (RFC 4588: its number first in the payload)."""
+        """RED packet `fec` (a FEC packet, or media) on the RTX stream (RFC 4588: its number
+        first in the payload; the marker kept, as the receiver restores it from the copy)."""
         assert self.types.rtx_red is not None
         header = rtp_layout(fec).header_size
         return b"".join(
             (
                 fec[:1],
-                bytes((self.types.rtx_red,)),  # marker clear, as on every FEC packet
+                bytes((fec[1] & MARKER | self.types.rtx_red,)),
                 (number & 0xFFFF).to_bytes(2, "big"),
                 fec[4:8],
                 self.rtx_ssrc.to_bytes(4, "big"),

@@ -12,11 +12,14 @@ the picture stands still until the browser gives up after 3 s and asks for a key
 lab at 2 % loss this came about once every two or three 30 s runs, 10,045 media packets after
 the keyframe each time (tests/link_emulator.py's trace).
 
-So around that number no FEC goes out: a frame whose FEC packets would take numbers past the
-key + 10,000 goes without them, the first frame to end past it (`crossing`) makes the
-receiver move its key to that frame's last number once the frame is whole, and frames sent
-within `SETTLE_S` after it go without FEC too, time for that frame's own lost packets to come
-back. A keyframe starts a new key. Pure: numbers and times in, decisions out.
+So around that number no FEC goes out: the first frame to end past it (the crossing frame)
+makes the receiver move its key to that frame's last number once the frame is whole, and
+from `NEAR` numbers before the key + 10,000 until `SETTLE_S` after the crossing frame
+(time for its lost packets, and its elders', to come back) frames are sent without FEC
+(`near`); the caller protects them otherwise: fec_path sends each of their packets twice,
+the copy on the RTX stream, which the receiver restores as media, not as padding. A frame
+that started before and whose FEC would pass the key + 10,000 goes without it
+(`fec_may_follow`). A keyframe starts a new key. Pure: numbers and times in, decisions out.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Final
 
 REKEY_SPAN: Final = 10_000  # libwebrtc's GOP key moves when a number is this far past it
 SETTLE_S: Final = 1.0  # after the crossing frame: its NACKs and retransmissions, with margin
+NEAR: Final = 300  # numbers before the key + REKEY_SPAN from which frames start without FEC
 IDR: Final = 5  # NAL unit types: an IDR slice, an SPS
 SPS: Final = 7
 STAP_A: Final = 24
@@ -71,6 +75,12 @@ class RekeyGuard:
                 self.key, self._crossing = self._crossing[0], None
         elif self.key is not None and _ahead(self.key, last) > REKEY_SPAN:
             self._crossing = (last, now)
+
+    def near(self, number: int) -> bool:
+        """Whether a frame starting at wire number `number` should go without FEC."""
+        if self.key is None:
+            return False
+        return self._crossing is not None or _ahead(self.key, number) > REKEY_SPAN - NEAR
 
     def fec_may_follow(self, last: int, count: int) -> bool:
         """Whether `count` FEC packets may take the numbers after `last` (after
