@@ -113,7 +113,8 @@ class PathControl:
                    "step": self.steps.index, "loss": round(state["loss"], 4),
                    "fec_sent": fec.fec_sent if fec else None,
                    "fec_resent": fec.fec_resent if fec else None,
-                   "fec_withheld": fec.rekey.withheld if fec and fec.rekey else None},
+                   "fec_withheld": fec.rekey.withheld if fec and fec.rekey else None,
+                   "media_copies": fec.media_copies if fec else None},
         )  # fmt: skip
 
     def max_bitrate(self) -> int:
