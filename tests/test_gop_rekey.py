@@ -20,6 +20,8 @@ from render_server.transport.gop_rekey import (
     starts_keyframe,
 )
 
+from .test_fec_path import unwrap_rtx
+
 H264 = FecPayloadTypes(media=102, red=120, ulpfec=121, rtx_red=122, in_order=True)
 VP8 = FecPayloadTypes(media=96, red=120, ulpfec=121, rtx_red=122, in_order=False)
 
@@ -156,13 +158,3 @@ def test_with_copies_the_frames_near_the_key_go_twice_instead_of_with_fec() -> N
     assert len(windows) == 2
     assert all(30 + 300 // 12 - 2 <= len(w) <= 30 + 300 // 12 + 2 for w in windows), windows
     assert path.media_copies == 12 * len(doubled)
-
-
-def unwrap_rtx(packet: bytes, media_ssrc: int, red: int) -> bytes:
-    """What the receiver restores from an RTX copy: the original number, type and marker."""
-    header = 12 + 4 * (packet[0] & 0x0F)
-    if packet[0] & 0x10:
-        header += 4 + 4 * int.from_bytes(packet[header + 2 : header + 4], "big")
-    return b"".join((packet[:1], bytes((packet[1] & 0x80 | red,)), packet[header : header + 2],
-                     packet[4:8], media_ssrc.to_bytes(4, "big"), packet[12:header],
-                     packet[header + 2 :]))  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from render_server.stream.path_control import PEER_SILENT_S
-from render_server.stream.session import PEER_QUIET_S
+from render_server.stream.quiet_peer import PEER_QUIET_S
 
 from .browser import chromium_process, serve_process
 from .test_sharing_browser import STREAMING, metric

@@ -48,7 +48,8 @@ from render_server.protocol.worker import (
     WorkerSessionEnded,
 )
 from render_server.render.scene import Scene
-from render_server.stream.session import PEER_QUIET_S, StreamSession
+from render_server.stream.quiet_peer import PEER_QUIET_S
+from render_server.stream.session import StreamSession
 from render_server.transport.fan_out import FanOutTrack
 from render_server.worker.local import LocalWorker
 from render_server.worker.pool import PoolService

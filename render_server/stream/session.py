@@ -35,11 +35,11 @@ from render_server.stream.monitor import SessionMonitor
 from render_server.stream.path_control import PathControl
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.quality import QualityLimits, StreamQuality
+from render_server.stream.quiet_peer import QuietPeerPause
 from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.state import export_state
 from render_server.stream.viewers import Viewers
-from render_server.transport.fan_out import watch_rtcp
 from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.ice_candidates import add_candidate
@@ -58,10 +58,6 @@ SessionEndCallback = Callable[[str], Awaitable[None]]
 # a second failure of the frame pipeline this soon after the first ends the session
 PIPELINE_FAILURE_WINDOW_S = 10.0
 PEER_CLOSE_S = 5.0  # the most a peer connection's close may hold a session's teardown
-# no RTCP this long (a browser reports at least every 1.5 s while its peer lives): nobody sees
-# the frames, so the session makes none until RTCP comes again (a crashed or frozen browser, a
-# path that died; let go after PEER_SILENT_S), unless viewers watch
-PEER_QUIET_S = 3.0
 
 
 class SessionNegotiationError(Exception):
@@ -125,8 +121,6 @@ class StreamSession:
         self.peers = 0
         self.scene_loading: SceneLoading | None = None  # uploaded scenes, where the worker has them
         self.nacks = {True: 0, False: 0}  # NACKed packets resent (True) or missing (False)
-        self._heard_at: float | None = None  # the peer's last RTCP (or its connection's start)
-        self._paused_at = 0.0  # when the frames last stopped for a quiet peer
         self.input = InputChannel(
             role, self.log, metrics, pipeline, controller, commands, quality, quality_limits,
             on_fps=self._fps_asked, on_steer=self._poke,
@@ -140,6 +134,7 @@ class StreamSession:
             session_id, self.log, metrics, pipeline, self.input, self.nacks, congestion_record_dir
         )
         self.path_control.on_peer_silent = self._on_peer_silent
+        self.quiet = QuietPeerPause(self.log, metrics, pipeline.keyframes.request)
         # the pages that watch this one's stream (docs/sharing.md), each sent its frames
         self.viewers = Viewers(
             session_id, metrics, pipeline, self.input, ice_servers=self._ice_servers,
@@ -239,8 +234,7 @@ class StreamSession:
             raise SessionNegotiationError("the offer has no video section to receive the stream")
         # after the offer: BUNDLE may have moved the sender onto the data channel's transport
         count_retransmits(transceiver.sender, self._nacked)
-        self._heard_at = None
-        watch_rtcp(transceiver.sender, self._heard)
+        self.quiet.new_peer(transceiver.sender)
         if self.paced:  # frames go whole to the path, and leave past the transport's _send_rtp
             size_history(self.input.quality_limits.max_kbps * 1000)
             path = self.path_control.start(transceiver.sender, self.peers)
@@ -399,7 +393,7 @@ class StreamSession:
     async def _on_connection_state(self, pc: RTCPeerConnection) -> None:
         state = pc.connectionState
         if state == "connected":
-            self._heard_at = self._heard_at or time.monotonic()
+            self.quiet.connected()
             if self._timeout_task is not None:
                 self._timeout_task.cancel()
                 self._timeout_task = None
@@ -425,30 +419,7 @@ class StreamSession:
 
     def _each_second(self) -> None:
         self.path_control.each_second()
-        self._pause_while_quiet(time.monotonic())
-
-    def _heard(self) -> None:
-        self._heard_at = time.monotonic()
-
-    def _pause_while_quiet(self, now: float) -> None:
-        """Stop making frames while the peer sends no RTCP (PEER_QUIET_S) and no viewer
-        watches; start again, with a keyframe, once it does or one does."""
-        track, heard = self.track, self._heard_at
-        if track is None or heard is None:
-            return
-        path = self.path_control.path
-        if path is not None and path.last_rtcp is not None:
-            heard = max(heard, path.last_rtcp)  # transport feedback too, many times a second
-        quiet = now - heard > PEER_QUIET_S and not self.viewers.peers
-        if quiet and not track.paused:
-            track.pause()
-            self._paused_at = now
-            self.metrics.session_pauses.inc()
-            self.log.info("session.paused", extra={"quiet_s": round(now - heard, 1)})
-        elif not quiet and track.paused:
-            self.pipeline.keyframes.request()  # what was in flight when it went quiet is lost
-            track.resume()
-            self.log.info("session.resumed", extra={"paused_s": round(now - self._paused_at, 1)})
+        self.quiet.check(self.track, self.path_control.path, bool(self.viewers.peers))
 
     def _on_peer_silent(self) -> None:
         # no RTCP for seconds: a peer whose path died (its TURN server, say) before ICE says so
