@@ -123,7 +123,7 @@ class FecPath:
         self._doubling = False
         # H.264: no FEC where libwebrtc's receiver moves its GOP key (gop_rekey.py)
         self.rekey = RekeyGuard(clock) if types.in_order else None
-        self._keyframe = False  # the frame under way starts an IDR or carries an SPS
+        self._keyframe = False  # the frame under way is a keyframe (H.264)
         self._protecting = False
         # aiortc's number → (the wire's, whether it went in RED); and the wire's → aiortc's
         self._to_wire: OrderedDict[int, tuple[int, bool]] = OrderedDict()
@@ -166,18 +166,18 @@ class FecPath:
             )  # fmt: skip
             if self._protecting:
                 self._generator.set_params(FecParams(self.factor))
-            self._keyframe = False
+            # a keyframe's parameter sets lead it, in its first packet (a STAP-A)
+            self._keyframe = self.rekey is not None and starts_keyframe(
+                packet[rtp_layout(packet).header_size :]
+            )
         self._frame_start = bool(packet[1] & MARKER)
         aiortc = int.from_bytes(packet[2:4], "big")
         wire = self._number()
         renumbered = packet[:2] + wire.to_bytes(2, "big") + packet[4:]
         _remember(self._to_wire, aiortc, (wire, self._protecting))
         _remember(self._to_aiortc, wire, aiortc)
-        if self.rekey is not None:
-            if not self._keyframe:
-                self._keyframe = starts_keyframe(packet[rtp_layout(packet).header_size :])
-            if self._frame_start:
-                self.rekey.frame_ended(wire, self._keyframe)
+        if self.rekey is not None and self._frame_start:
+            self.rekey.frame_ended(wire, self._keyframe)
         if not self._protecting:
             return [renumbered]
         out = [wrap_red(renumbered, self.types.red)]
