@@ -64,7 +64,8 @@ print(json.dumps(measure_in_chromium(url, float(seconds), viewport=(int(width), 
 # the page scripts of a drag window that keeps every displayed frame's time (`shown`, the
 # page's clock), its RTP timestamp and when its last packet arrived (`sent`, from the video
 # frame callback's metadata), the compositor's count of frames presented at each callback
-# (`presented`: it also counts frames shown between two callbacks of a busy page), the RTP
+# (`presented`: it also counts frames shown between two callbacks of a busy page) and of those
+# it replaced before drawing them (`dropped`; tests/frame_gaps.py reads the two), the RTP
 # timestamps of every frame the worker sent (`records`, its timing records) beside the SDK's
 # latency summary
 SHOWN_OPEN_JS = """() => {
@@ -72,6 +73,7 @@ SHOWN_OPEN_JS = """() => {
   window.__shown = [];
   window.__sent = [];  // each shown frame's RTP timestamp and when its last packet came (ms)
   window.__presented = [];  // the compositor's count of frames presented, at each callback
+  window.__dropped = [];  // and of those it never drew
   window.__t0 = performance.now();
   // every frame the worker says it sent (its timing records, keyed by RTP timestamp)
   window.__records = [];
@@ -86,6 +88,7 @@ SHOWN_OPEN_JS = """() => {
     window.__shown.push(now);
     window.__sent.push([meta.rtpTimestamp ?? null, meta.receiveTime ?? null]);
     window.__presented.push(meta.presentedFrames);
+    window.__dropped.push(video.getVideoPlaybackQuality().droppedVideoFrames);
     video.requestVideoFrameCallback(tick);
   };
   video.requestVideoFrameCallback(tick);
@@ -97,6 +100,7 @@ SHOWN_SUMMARY_JS = """() => {
     shown: window.__shown.filter((_, i) => keep[i]),
     sent: window.__sent.filter((_, i) => keep[i]), records: window.__records,
     presented: window.__presented.filter((_, i) => keep[i]),
+    dropped: window.__dropped.filter((_, i) => keep[i]),
     t0: window.__t0, t1: window.__t1 };
 }"""
 
