@@ -11,6 +11,8 @@ from collections.abc import Callable
 from aiortc.rtp import RtcpRtpfbPacket, RtpPacket, wrap_rtx
 
 from render_server.transport.fec_path import (
+    FRESH_S,
+    MIN_FACTOR,
     FecPath,
     FecPayloadTypes,
     protection_for,
@@ -86,6 +88,7 @@ def test_at_2_percent_loss_a_ten_packet_frame_waits_for_a_nack_one_time_in_500()
 
 def test_an_unprotected_path_only_renumbers() -> None:
     path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    path.set_protection(0)  # a path known to lose nothing
     out = [p for packet in frame(500, 5) for p in path.media(packet)]
     assert len(out) == 5 and all(p[1] & 0x7F == 102 for p in out)  # no RED, no FEC
     wire = [seq(p) for p in out]
@@ -117,6 +120,7 @@ def test_a_protected_frame_goes_in_red_with_fec_after_it_and_a_lost_packet_is_re
 
 def test_protection_starts_and_stops_at_frame_boundaries() -> None:
     path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    path.set_protection(0)
     first = frame(0, 6)
     out = path.media(first[0])
     path.set_protection(128)  # mid-frame: the frame goes out as it started
@@ -228,8 +232,38 @@ def test_no_copies_without_rtx_for_red_or_numbers_to_send_them_with() -> None:
         assert len(out) == 12
 
 
+def test_on_a_protected_path_each_retransmission_goes_twice_under_rtx_numbers_of_its_own() -> None:
+    """A lost retransmission costs the frame another NACK round trip: while protecting, a
+    media packet's retransmission and a FEC packet's resend each get an RTX copy that the
+    receiver restores to the same packet."""
+    numbers = rtx_numbers(500)
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), numbers)
+    path.set_protection(51)
+    sent = frame(300, 10)
+    out = [p for packet in sent for p in path.media(packet)]  # 10 media, 2 FEC, 1 copy
+    rtx = wrap_rtx(RtpPacket.parse(sent[4]), payload_type=103, sequence_number=40,
+                   ssrc=RTX_SSRC).serialize()  # fmt: skip
+    first, second = path.retransmissions(rtx)
+    assert first == path.retransmission(rtx)
+    assert seq(second) == 501 and second[:2] == first[:2] and second[4:] == first[4:]
+    assert unwrap_rtx(second, MEDIA_SSRC, TYPES.red) == out[4]  # the media packet, in RED
+    media, fec = path.nack([seq(out[11])])
+    assert media == [] and fec[0] == out[11]
+    assert seq(fec[1]) == 502 and unwrap_rtx(fec[1], MEDIA_SSRC, TYPES.red) == out[11]
+    assert path.resend_copies == 2 and path.fec_resent == 1
+    # a clean path (no protection) sends each once; so does one without RTX numbers
+    path.set_protection(0)
+    assert path.retransmissions(rtx) == [first] and path.nack([seq(out[11])])[1] == [out[11]]
+    bare = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    bare.set_protection(51)
+    sent = frame(300, 10)
+    out = [p for packet in sent for p in bare.media(packet)]
+    assert len(bare.retransmissions(rtx)) == 1 and len(bare.nack([seq(out[10])])[1]) == 1
+    assert bare.resend_copies == 0 and path.resend_copies == 2
+
+
 def test_protection_holds_the_highest_loss_of_the_last_ten_seconds() -> None:
-    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, ())
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), clock=lambda: -FRESH_S)
     assert path.protection(0.0, 0.0) == 0
     assert path.protection(1.0, 0.02) == protection_for(0.02)
     # half-second windows of 2 % random loss read 0 now and then: the protection stays
@@ -238,6 +272,21 @@ def test_protection_holds_the_highest_loss_of_the_last_ten_seconds() -> None:
     assert path.protection(7.0, 0.05) == protection_for(0.05)  # more loss: more at once
     assert path.protection(16.5, 0.0) == protection_for(0.05)  # 9.5 s ago: still held
     assert path.protection(17.5, 0.0) == 0  # ten seconds without loss: none
+
+
+def test_a_new_path_is_protected_until_its_loss_is_known() -> None:
+    """A path's first reports say little: its first FRESH_S go out at MIN_FACTOR at least,
+    from the first frame, more where the reports already show more loss."""
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), clock=lambda: 100.0)
+    assert path.factor == MIN_FACTOR
+    out = [p for packet in frame(500, 10) for p in path.media(packet)]
+    assert len(out) == 12 and path.fec_sent == 2  # the first frame is protected
+    assert path.protection(100.5, 0.0) == MIN_FACTOR
+    assert path.protection(101.0, 0.05) == protection_for(0.05)
+    assert path.protection(100.0 + FRESH_S, 0.0) == protection_for(0.05)  # held, as any
+    fresh = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), clock=lambda: 100.0)
+    assert fresh.protection(100.0 + FRESH_S - 0.01, 0.0) == MIN_FACTOR
+    assert fresh.protection(100.0 + FRESH_S, 0.0) == 0  # known by now: a clean path
 
 
 def answer(first: str) -> str:

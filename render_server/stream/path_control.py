@@ -114,7 +114,8 @@ class PathControl:
                    "fec_sent": fec.fec_sent if fec else None,
                    "fec_resent": fec.fec_resent if fec else None,
                    "fec_withheld": fec.rekey.withheld if fec and fec.rekey else None,
-                   "media_copies": fec.media_copies if fec else None},
+                   "media_copies": fec.media_copies if fec else None,
+                   "resend_copies": fec.resend_copies if fec else None},
         )  # fmt: skip
 
     def max_bitrate(self) -> int:

@@ -18,8 +18,7 @@ the path stays in `remb` mode: REMB sets the target and packets leave at once, a
 
 Checked against aiortc 1.16: the private `RTCDtlsTransport._send_rtp` and
 `_handle_rtcp_data`, `RTCRtpSender._retransmit`, `_ssrc`, `_rtx_ssrc` and
-`_RTCRtpSender__rtp_header_extensions_map` (`probe_padding` reads the rest).
-"""
+`_RTCRtpSender__rtp_header_extensions_map` (`probe_padding` reads the rest)."""
 
 from __future__ import annotations
 
@@ -194,8 +193,7 @@ class SendPath:
         if fec is None:
             self.queue.push(bytearray(data), now, self._retransmitting)
         elif self._retransmitting:
-            wire = fec.retransmission(data)
-            if wire is not None:
+            for wire in fec.retransmissions(data):
                 self.queue.push(bytearray(wire), now, True)
         elif data[8:12] == self._media_ssrc:
             media, *protection = fec.media(data)  # ULPFEC packets after a frame's last
@@ -434,6 +432,8 @@ class SendPath:
             # FEC's share comes out of the estimate: on a fat path the encoder keeps its rate
             estimate = self.controller.target_bitrate * 255 / (255 + fec.share)
             target = int(min(target, estimate))
+        elif fec is not None and self.mode == "remb":  # no loss reports: no FEC
+            fec.set_protection(0)
         told = self._told
         if (
             force
