@@ -193,6 +193,28 @@ def print_step(r: dict[str, Any], plot: Path, path: str) -> None:
     )
 
 
+def print_links(links: dict[str, dict[str, Any]], encoder: str) -> None:
+    print(
+        f"Chromium, 1280x720 at 30 fps ({encoder}), drag window: frames drawn and"
+        " called back, freezes on the screen by what they came with (w = the worker sent"
+        " nothing between, p = late on the path, d = both came in time: the browser, or a"
+        " frame between them held), gaps between callbacks (cb.)"
+    )
+    print(f"{'link · send path':<44}{'drawn':>7}{'fps':>7}{'calls':>7}{'fps':>7}{'drop':>6}"
+          f"{'i2p p50':>9}{'g2g p50':>9}{'freezes':>9}{'w/p/d':>8}{'>200ms':>8}{'longest':>9}"
+          f"{'cb.':>5}")  # fmt: skip
+    for name, r in links.items():
+        causes = r["freezes_by_cause"] or {}
+        split = "/".join(str(causes.get(k, "?")) for k in ("worker", "path", "display"))
+        print(f"{name:<44}{r['displayed']:>7}{r['displayed_fps']:>7.1f}{r['shown']:>7}"
+              f"{r['fps']:>7.1f}{r['dropped'] if r['dropped'] is not None else '?':>6}"
+              f"{r['i2p_p50'] or 0:>9.1f}{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{split:>8}"
+              f"{r['freezes_over_200ms']:>8}{r['longest_gap_ms']:>9.0f}"
+              f"{r['callback_freezes']:>5}")  # fmt: skip
+    for line in per_minute(links):
+        print(line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -234,27 +256,8 @@ def main() -> int:
         return 0
     for path, result in (stepped or {}).items():
         print_step(result, args.plot, path)
-    if not links and not relay:
-        return 0
-    print(
-        f"Chromium, 1280x720 at 30 fps ({args.encoder}), drag window: frames drawn and"
-        " called back, freezes on the screen by what they came with (w = the worker sent"
-        " nothing between, p = late on the path, d = both came in time: the browser, or a"
-        " frame between them held), gaps between callbacks (cb.)"
-    )
-    print(f"{'link · send path':<44}{'drawn':>7}{'fps':>7}{'calls':>7}{'fps':>7}{'drop':>6}"
-          f"{'i2p p50':>9}{'g2g p50':>9}{'freezes':>9}{'w/p/d':>8}{'>200ms':>8}{'longest':>9}"
-          f"{'cb.':>5}")  # fmt: skip
-    for name, r in links.items():
-        causes = r["freezes_by_cause"] or {}
-        split = "/".join(str(causes.get(k, "?")) for k in ("worker", "path", "display"))
-        print(f"{name:<44}{r['displayed']:>7}{r['displayed_fps']:>7.1f}{r['shown']:>7}"
-              f"{r['fps']:>7.1f}{r['dropped'] if r['dropped'] is not None else '?':>6}"
-              f"{r['i2p_p50'] or 0:>9.1f}{r['g2g_p50'] or 0:>9.1f}{r['freezes']:>9}{split:>8}"
-              f"{r['freezes_over_200ms']:>8}{r['longest_gap_ms']:>9.0f}"
-              f"{r['callback_freezes']:>5}")  # fmt: skip
-    for line in per_minute(links):
-        print(line)
+    if links:
+        print_links(links, args.encoder)
     if not relay:
         return 0
     direct, relayed = relay["direct"], relay["relay (TURN/UDP)"]
