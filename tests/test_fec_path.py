@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aiortc.rtp import RtcpRtpfbPacket, RtpPacket, wrap_rtx
 
+from render_server.transport.congestion.types import PacketFeedback
 from render_server.transport.fec_path import (
     FRESH_S,
     MIN_FACTOR,
@@ -260,6 +261,40 @@ def test_on_a_protected_path_each_retransmission_goes_twice_under_rtx_numbers_of
     out = [p for packet in sent for p in bare.media(packet)]
     assert len(bare.retransmissions(rtx)) == 1 and len(bare.nack([seq(out[10])])[1]) == 1
     assert bare.resend_copies == 0 and path.resend_copies == 2
+
+
+def test_an_h264_fec_packet_lost_with_its_copy_is_sent_again_once_feedback_shows_it() -> None:
+    """H.264's receiver holds every later frame for a lost FEC packet: one that transport
+    feedback reports lost with its RTX copy goes again at once, not after a NACK that may be
+    lost too; one of the two received, or VP8's, does not."""
+    path = FecPath(MEDIA_SSRC, RTX_SSRC, IN_ORDER, (), rtx_numbers(900))
+    path.set_protection(102)
+    out = [p for packet in frame(100, 12) for p in path.media(packet)]
+    fec = [p for p in out if int.from_bytes(p[8:12], "big") == MEDIA_SSRC and p[12] == 121]
+    copies = [p for p in out if int.from_bytes(p[8:12], "big") == RTX_SSRC]
+    assert len(fec) == len(copies) >= 2
+    for transport, packet in enumerate(out, start=5000):
+        path.on_sent(packet, transport)
+    numbered = {bytes(p): t for t, p in enumerate(out, start=5000)}
+    lost = {numbered[fec[0]], numbered[copies[0]], numbered[fec[1]]}  # the second's copy came
+    reports = [PacketFeedback(t, None if t in lost else 1.0) for t in range(5000, 5000 + len(out))]
+    resent = path.on_feedback(reports)
+    assert resent[0] == fec[0] and unwrap_rtx(resent[1], MEDIA_SSRC, TYPES.red) == fec[0]
+    assert len(resent) == 2 and path.holes is not None and path.holes.refilled == 1
+    assert path.on_feedback(reports) == []  # told once
+    # the resent packets are themselves watched: lost again, they go again
+    for transport, packet in enumerate(resent, start=6000):
+        path.on_sent(packet, transport)
+    assert path.on_feedback([PacketFeedback(6000, None), PacketFeedback(6001, None)])[0] == fec[0]
+    vp8 = FecPath(MEDIA_SSRC, RTX_SSRC, TYPES, (), rtx_numbers(0))
+    vp8.set_protection(102)
+    out = [p for packet in frame(100, 12) for p in vp8.media(packet)]
+    for transport, packet in enumerate(out):
+        vp8.on_sent(packet, transport)
+    assert (
+        vp8.holes is None
+        and vp8.on_feedback([PacketFeedback(t, None) for t in range(len(out))]) == []
+    )
 
 
 def test_protection_holds_the_highest_loss_of_the_last_ten_seconds() -> None:

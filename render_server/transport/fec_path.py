@@ -53,11 +53,13 @@ from __future__ import annotations
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from struct import unpack_from
 from typing import Final, TypeVar
 
+from render_server.transport.congestion.types import PacketFeedback
+from render_server.transport.fec_holes import FecHoles
 from render_server.transport.gop_rekey import RekeyGuard, starts_keyframe
 from render_server.transport.red import rtp_layout, wrap_red
 from render_server.transport.rtcp_compound import rtcp_pieces
@@ -131,6 +133,10 @@ class FecPath:
         self._doubling = False
         # H.264: no FEC where libwebrtc's receiver moves its GOP key (gop_rekey.py)
         self.rekey = RekeyGuard(clock) if types.in_order else None
+        # H.264's FEC packets lost with their copies, told by transport feedback (fec_holes.py)
+        self.holes = FecHoles() if self._copy_all else None
+        self._media_ssrc = media_ssrc.to_bytes(4, "big")
+        self._rtx_ssrc = rtx_ssrc.to_bytes(4, "big")
         self._keyframe = False  # the frame under way is a keyframe (H.264)
         self._protecting = False
         # aiortc's number → (the wire's, whether it went in RED); and the wire's → aiortc's
@@ -255,6 +261,33 @@ class FecPath:
         wire, red = original
         renumbered = packet[:2] + wire.to_bytes(2, "big") + packet[4:]
         return wrap_red(renumbered, self.types.red) if red else renumbered
+
+    def on_sent(self, packet: bytes | bytearray, transport: int) -> None:
+        """`packet` left under transport-wide number `transport`: kept where it is an in-order
+        codec's FEC packet or an RTX copy of one (`on_feedback`)."""
+        holes = self.holes
+        if holes is None or packet[1] & 0x7F not in (self.types.red, self.types.rtx_red):
+            return
+        header = 12 + 4 * (packet[0] & 0x0F)
+        if packet[0] & 0x10 and len(packet) >= header + 4:
+            header += 4 + 4 * int.from_bytes(packet[header + 2 : header + 4], "big")
+        if len(packet) <= header + 2:
+            return
+        ssrc = packet[8:12]
+        if ssrc == self._media_ssrc and packet[header] & 0x7F == self.types.ulpfec:
+            holes.sent(transport, int.from_bytes(packet[2:4], "big"))
+        elif ssrc == self._rtx_ssrc:
+            original = int.from_bytes(packet[header : header + 2], "big")
+            if original in self._fec:
+                holes.sent(transport, original)
+
+    def on_feedback(self, reports: Sequence[PacketFeedback]) -> list[bytes]:
+        """Transport feedback: the FEC packets to send again (with copies, as `nack`) that it
+        shows lost with every copy of theirs."""
+        if self.holes is None:
+            return []
+        heard = ((r.sequence, r.arrival is not None) for r in reports)
+        return self.nack(self.holes.feedback(heard))[1]
 
     def retransmissions(self, packet: bytes) -> list[bytes]:
         """`retransmission(packet)`, and where the path is lossy enough to be protected and

@@ -64,9 +64,8 @@ FEC_LOSS_TOLERANCE: Final = 0.03
 SEND_RATE_WINDOW_S: Final = 0.5
 SEND_RATE_HEADROOM: Final = 1.5  # the pacer never runs slower than this x the sender's rate
 FEC_HOLD_S: Final = 2.0  # no FEC this long after the target fell (congestion, not noise)
-# the controller may estimate this many times the stream's most: the encoder never spends more
-# than the stream's, but the pacer's rate follows the estimate, and a pacer held to 2.5x a
-# 2.8 Mbit/s stream would spread each 720p frame over 13 ms of a path that carries far more
+# the controller may estimate this many times the stream's most: the pacer's rate follows the
+# estimate, and one held to 2.5x a 2.8 Mbit/s stream spreads a 720p frame over 13 ms
 ESTIMATE_HEADROOM: Final = 4
 
 
@@ -138,13 +137,12 @@ class SendPath:
         async def handle_rtcp_data(data: bytes) -> None:
             self.last_rtcp = self._clock()
             feedbacks, rest = split_transport_feedback(data)
-            for feedback in feedbacks:
-                self._on_feedback(feedback.packets)
+            holes = [p for feedback in feedbacks for p in self._on_feedback(feedback.packets)]
             fec = self.fec
             if fec is not None:  # NACKs name wire numbers: ours to translate, not aiortc's
                 lost, rest = split_nacks(rest, fec.media_ssrc)
                 media, repeats = fec.nack(lost)
-                for packet in repeats:
+                for packet in holes + repeats:
                     self.queue.push(bytearray(packet), self._clock(), True, kind="fec")
                     self._wake.set()
                 for number in media:
@@ -331,9 +329,10 @@ class SendPath:
                 self.controller.on_packet_sent(
                     SentPacket(self._sequence, len(data) + PACKET_OVERHEAD, now, cluster)
                 )
+                if self.fec is not None:
+                    self.fec.on_sent(data, self._sequence)
             self._sequence += 1
-            if self._first_sent is None:
-                self._first_sent = now
+            self._first_sent = now if self._first_sent is None else self._first_sent
         return data
 
     def _kind(self, data: bytes | bytearray, retransmission: bool) -> str:
@@ -378,9 +377,9 @@ class SendPath:
 
     # -- feedback ---------------------------------------------------------------------------
 
-    def _on_feedback(self, packets: tuple[tuple[int, int | None], ...]) -> None:
+    def _on_feedback(self, packets: tuple[tuple[int, int | None], ...]) -> list[bytes]:
         if self._sequence == 0:
-            return
+            return []
         latest = self._sequence - 1
         results = []
         for wire_sequence, arrival_us in packets:
@@ -389,13 +388,14 @@ class SendPath:
                 arrival = None if arrival_us is None else arrival_us / 1e6
                 results.append(PacketFeedback(sequence, arrival))
         if not results:
-            return
+            return []
         self.feedback_messages += 1
         if self.mode != "transport-cc":
             self.mode = "transport-cc"
             log.info("send_path.transport_cc", extra={"sequence": latest})
         self.controller.on_feedback(self._clock(), results)
         self._update_rates()
+        return self.fec.on_feedback(results) if self.fec is not None else []  # FEC to resend
 
     def _check_feedback(self, now: float) -> None:
         first = self._first_sent
