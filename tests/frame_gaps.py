@@ -54,17 +54,10 @@ def gaps(
     the way); else both came in time ("display": the browser held them, or waited for a frame
     between them that came late, as H.264's receiver holds every frame after a lost packet)."""
     steps = [b - a for a, b in zip(shown, shown[1:], strict=False)]
-    aligned = presented is not None and len(presented) == len(shown)
-    counted = aligned and dropped is not None and len(dropped) == len(shown)
-    positive = [s for s in steps if s > 0]
-    vsync = min([VSYNC_MS, *positive])  # never more than the page's own shortest step
+    drawn, unseen = _per_gap(presented, shown), _per_gap(dropped, shown)
+    vsync = min([VSYNC_MS, *(s for s in steps if s > 0)])  # never over the page's shortest step
     still = [
-        longest_still(
-            g,
-            presented[i + 1] - presented[i] if aligned and presented is not None else None,
-            dropped[i + 1] - dropped[i] if counted and dropped is not None else None,
-            vsync,
-        )
+        longest_still(g, drawn[i] if drawn else None, unseen[i] if unseen else None, vsync)
         for i, g in enumerate(steps)
     ]
     limit = 3 * interval_ms + TOLERANCE_MS
@@ -101,9 +94,15 @@ def displayed_frames(
 ) -> int:
     """Frames drawn from the window's first callback to its last: the compositor's count where
     the page kept it, else the callbacks'."""
-    if not presented or len(presented) != len(shown):
+    drawn, unseen = _per_gap(presented, shown), _per_gap(dropped, shown)
+    if drawn is None:
         return len(shown)
-    drawn = presented[-1] - presented[0] + 1
-    if dropped and len(dropped) == len(shown):
-        drawn -= dropped[-1] - dropped[0]
-    return drawn
+    return 1 + sum(drawn) - (sum(unseen) if unseen is not None else 0)
+
+
+def _per_gap(counts: Sequence[int] | None, shown: Sequence[float]) -> list[int] | None:
+    """How far a compositor count kept at each callback moved in each gap between callbacks;
+    None where the page kept none, or not one for each callback."""
+    if not counts or len(counts) != len(shown):
+        return None
+    return [b - a for a, b in zip(counts, counts[1:], strict=False)]

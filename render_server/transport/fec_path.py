@@ -135,8 +135,6 @@ class FecPath:
         self.rekey = RekeyGuard(clock) if types.in_order else None
         # H.264's FEC packets lost with their copies, told by transport feedback (fec_holes.py)
         self.holes = FecHoles() if self._copy_all else None
-        self._media_ssrc = media_ssrc.to_bytes(4, "big")
-        self._rtx_ssrc = rtx_ssrc.to_bytes(4, "big")
         self._keyframe = False  # the frame under way is a keyframe (H.264)
         self._protecting = False
         # aiortc's number → (the wire's, whether it went in RED); and the wire's → aiortc's
@@ -265,21 +263,18 @@ class FecPath:
     def on_sent(self, packet: bytes | bytearray, transport: int) -> None:
         """`packet` left under transport-wide number `transport`: kept where it is an in-order
         codec's FEC packet or an RTX copy of one (`on_feedback`)."""
-        holes = self.holes
-        if holes is None or packet[1] & 0x7F not in (self.types.red, self.types.rtx_red):
+        if self.holes is None:
             return
-        header = 12 + 4 * (packet[0] & 0x0F)
-        if packet[0] & 0x10 and len(packet) >= header + 4:
-            header += 4 + 4 * int.from_bytes(packet[header + 2 : header + 4], "big")
-        if len(packet) <= header + 2:
+        ssrc = int.from_bytes(packet[8:12], "big")
+        if ssrc == self.media_ssrc:  # a FEC packet's wire number is one `_fec` keeps
+            wire = int.from_bytes(packet[2:4], "big")
+        elif ssrc == self.rtx_ssrc and packet[1] & 0x7F == self.types.rtx_red:
+            header = rtp_layout(packet).header_size  # the copy names its original
+            wire = int.from_bytes(packet[header : header + 2], "big")
+        else:
             return
-        ssrc = packet[8:12]
-        if ssrc == self._media_ssrc and packet[header] & 0x7F == self.types.ulpfec:
-            holes.sent(transport, int.from_bytes(packet[2:4], "big"))
-        elif ssrc == self._rtx_ssrc:
-            original = int.from_bytes(packet[header : header + 2], "big")
-            if original in self._fec:
-                holes.sent(transport, original)
+        if wire in self._fec:
+            self.holes.sent(transport, wire)
 
     def on_feedback(self, reports: Sequence[PacketFeedback]) -> list[bytes]:
         """Transport feedback: the FEC packets to send again (with copies, as `nack`) that it

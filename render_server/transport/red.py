@@ -46,7 +46,7 @@ class RtpLayout(NamedTuple):
     padding_size: int
 
 
-def rtp_layout(packet: bytes) -> RtpLayout:
+def rtp_layout(packet: bytes | bytearray) -> RtpLayout:
     """The layout of `packet`; ValueError where libwebrtc's parser would refuse it: shorter
     than its header, version not 2, a CSRC list or extension block past the end, padding with a
     zero count or longer than what follows the header."""
