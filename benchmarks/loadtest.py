@@ -2,7 +2,7 @@
 
     python benchmarks/loadtest.py [--hold 30] [--search-hold 10] [--skip a,b,c,d]
         [--processes 2] [--max-4k 12] [--send-streams 8] [--send-hold 10]
-        [--send-profile 720p30|4k60]
+        [--send-rounds 3] [--send-profile 720p30|4k60]
 
 (a) `--encoder replay`, 20 streams of 1280x720 at 30 fps, 4 Mbps each: every stream ≥ 29 fps,
     no freeze?
@@ -19,14 +19,16 @@
     requested; it has no signaling. Ours runs `--fec off`: the observing peers offer RED and
     ULPFEC (this script's process registered them with aiortc), which stock aiortc never sends,
     so both sides send the clip's plain H.264 packets. Both sides are counted the same
-    way, by the same code in this script: the same kind of observing aiortc receivers (no
-    decoding, offering the playout-delay extension as Chromium does) count the RTP packets and
-    frames they got, and the sender's CPU time (`cpu_time.tree_cpu_seconds_or_raise`: the
-    process and its children, if any) is read at the start and the end of the same
-    `--send-hold`-second window, which opens once
-    every stream is up plus a warm-up. Printed per side: packets, frames and fps, seconds, CPU
-    seconds, packets per CPU-second; then the ratio ours / plain. Our process also does
-    everything else a session costs (signaling, the `input` data channel the receivers open,
+    way, by the same code in this script, and at once: both sides stream together and the
+    same kind of observing aiortc receivers (no decoding, offering the playout-delay extension
+    as Chromium does) count the RTP packets and frames they got, and each sender's CPU time
+    (`cpu_time.tree_cpu_seconds_or_raise`: the process and its children, if any) is read at
+    the same instants, `--send-rounds` windows of `--send-hold` seconds in a row, the first
+    opening once every stream is up plus a warm-up (this VM's load drifts; counted side by
+    side, both sides see the same). Printed per side: packets, frames and fps, seconds, CPU
+    seconds, packets per CPU-second over all windows; then the ratio ours / plain, over all
+    and per window. Our process also does everything else a session costs (signaling, the
+    `input` data channel the receivers open,
     timing records): a ratio below 1 is what that extra work costs.
 (d) The real pipeline (CPU renderer, libx264, `--animate` so that every frame changes): the
     most 720p30 streams held, every one at ≥ 29 fps.
@@ -48,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,34 +163,45 @@ def _observing_peer() -> tuple[Any, Any]:
     return pc, assembler
 
 
-async def _count_window(
-    assemblers: list[Any], pid: int, hold: float
-) -> tuple[int, int, float, float]:
-    """Wait for a frame on every stream and the warm-up, then (packets, frames, seconds, CPU
-    seconds of `pid`) over `hold` seconds, all read at the same two instants."""
+def _sample(assemblers: list[Any], pid: int) -> tuple[int, int, float, float]:
+    """(packets, frames, now, CPU seconds of `pid`) at one instant."""
+    packets = sum(a.stats.packets for a in assemblers)
+    frames = sum(a.stats.frames for a in assemblers)
+    return packets, frames, time.monotonic(), tree_cpu_seconds_or_raise(pid)
+
+
+async def count_windows(
+    sides: list[tuple[list[Any], int]], hold: float, rounds: int
+) -> list[list[SendWindow]]:
+    """Wait for a frame on every stream of every side (its receivers' assemblers and its
+    sender's pid) and the warm-up, then count every side over the same `rounds` windows of
+    `hold` seconds, all sides read at the same instants: one list of windows per side."""
+    everyone = [a for assemblers, _ in sides for a in assemblers]
     deadline = time.monotonic() + 60.0
-    while not all(a.stats.frames for a in assemblers):
+    while not all(a.stats.frames for a in everyone):
         if time.monotonic() > deadline:
             raise RuntimeError("a stream sent no frame within 60 s")
         await asyncio.sleep(0.1)
     await asyncio.sleep(SEND_WARMUP_S)
+    windows: list[list[SendWindow]] = [[] for _ in sides]
+    before = [_sample(assemblers, pid) for assemblers, pid in sides]
+    for _ in range(rounds):
+        await asyncio.sleep(hold)
+        after = [_sample(assemblers, pid) for assemblers, pid in sides]
+        for side, ((assemblers, _), b, a) in enumerate(zip(sides, before, after, strict=True)):
+            windows[side].append(
+                SendWindow(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], len(assemblers), 0)
+            )
+        before = after
+    return windows
 
-    def sample() -> tuple[int, int, float, float]:
-        packets = sum(a.stats.packets for a in assemblers)
-        frames = sum(a.stats.frames for a in assemblers)
-        return packets, frames, time.monotonic(), tree_cpu_seconds_or_raise(pid)
 
-    p0, f0, t0, c0 = sample()
-    await asyncio.sleep(hold)
-    p1, f1, t1, c1 = sample()
-    return p1 - p0, f1 - f0, t1 - t0, c1 - c0
-
-
-async def our_send_window(url: str, pid: int, streams: int, hold: float) -> SendWindow:
-    """`streams` sessions of the server at `url` (process `pid`), each opened through its
-    signaling as a browser does (video and the `input` data channel), counted over `hold`."""
+@contextlib.asynccontextmanager
+async def our_sessions(url: str, streams: int) -> AsyncIterator[tuple[list[Any], list[Any]]]:
+    """`streams` sessions of the server at `url`, each opened through its signaling as a
+    browser does (video and the `input` data channel): their assemblers and peers."""
     from render_server.tools.signaling_client import SignalingClient
-    from render_server.transport.playout_delay import PLAYOUT_DELAY_URI, register_playout_delay
+    from render_server.transport.playout_delay import register_playout_delay
 
     register_playout_delay()  # offered, as Chromium offers it
     clients, pcs, assemblers = [], [], []
@@ -202,8 +215,7 @@ async def our_send_window(url: str, pid: int, streams: int, hold: float) -> Send
             assemblers.append(assembler)
             pc.createDataChannel("input")
             await client.negotiate(pc)
-        packets, frames, seconds, cpu = await _count_window(assemblers, pid, hold)
-        with_extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
+        yield assemblers, pcs
     finally:
         for client in clients:
             await client.end()
@@ -211,7 +223,6 @@ async def our_send_window(url: str, pid: int, streams: int, hold: float) -> Send
             await pc.close()
         for client in clients:
             await client.close()
-    return SendWindow(packets, frames, seconds, cpu, streams, with_extension)
 
 
 def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
@@ -271,13 +282,15 @@ def _plain_sender(conn: Any, size: str, fps: float, bitrate: int) -> None:
     asyncio.run(main())
 
 
-async def plain_send_window(
-    streams: int, size: str, fps: float, bitrate: int, hold: float
-) -> SendWindow:
-    """The same receivers on a process of plain aiortc senders, counted over `hold`."""
+@contextlib.asynccontextmanager
+async def plain_sessions(
+    streams: int, size: str, fps: float, bitrate: int
+) -> AsyncIterator[tuple[list[Any], list[Any], int]]:
+    """The same receivers on a process of plain aiortc senders: their assemblers and peers,
+    and the sender's pid."""
     from aiortc import RTCSessionDescription
 
-    from render_server.transport.playout_delay import PLAYOUT_DELAY_URI, register_playout_delay
+    from render_server.transport.playout_delay import register_playout_delay
 
     register_playout_delay()
     context = mp.get_context("spawn")
@@ -299,8 +312,7 @@ async def plain_send_window(
             ours.send(pc.localDescription.sdp)
             answer = await loop.run_in_executor(None, ours.recv)
             await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-        packets, frames, seconds, cpu = await _count_window(assemblers, sender.pid, hold)
-        with_extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
+        yield assemblers, pcs, sender.pid
     finally:
         with contextlib.suppress(OSError):
             ours.send("stop")
@@ -309,7 +321,36 @@ async def plain_send_window(
         await loop.run_in_executor(None, sender.join, 30)
         if sender.is_alive():
             sender.kill()
-    return SendWindow(packets, frames, seconds, cpu, streams, with_extension)
+
+
+async def send_windows(
+    url: str, pid: int, streams: int, profile: tuple[str, float, int], hold: float, rounds: int
+) -> tuple[list[SendWindow], list[SendWindow]]:
+    """Ours (the server at `url`, process `pid`) and plain aiortc, both streaming at once and
+    counted over the same windows: this shared VM's load drifts, and both sides see the same."""
+    from render_server.transport.playout_delay import PLAYOUT_DELAY_URI
+
+    async with (
+        our_sessions(url, streams) as (our_assemblers, our_pcs),
+        plain_sessions(streams, *profile) as (plain_assemblers, plain_pcs, plain_pid),
+    ):
+        ours, plain = await count_windows(
+            [(our_assemblers, pid), (plain_assemblers, plain_pid)], hold, rounds
+        )
+        for windows, pcs in ((ours, our_pcs), (plain, plain_pcs)):
+            extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
+            for window in windows:
+                window.playout_delay = extension
+    return ours, plain
+
+
+def total(windows: list[SendWindow]) -> SendWindow:
+    """The windows of one side added up."""
+    return SendWindow(
+        sum(w.packets for w in windows), sum(w.frames for w in windows),
+        sum(w.seconds for w in windows), sum(w.cpu_s for w in windows),
+        windows[0].streams, windows[0].playout_delay,
+    )  # fmt: skip
 
 
 # -- the runs -------------------------------------------------------------------------------------
@@ -324,6 +365,7 @@ def main() -> int:
     parser.add_argument("--max-4k", type=int, default=12, help="where the (b) search stops")
     parser.add_argument("--send-streams", type=int, default=8, help="streams of (c)")
     parser.add_argument("--send-hold", type=float, default=10.0, help="window of (c), seconds")
+    parser.add_argument("--send-rounds", type=int, default=3, help="windows of (c), in a row")
     parser.add_argument(
         "--send-profile",
         choices=tuple(SEND_PROFILES),
@@ -364,20 +406,27 @@ def main() -> int:
             url, pid, command,
         ):  # fmt: skip
             serve_cmd = shell_line(command)
-            streams, hold = args.send_streams, args.send_hold
-            ours = asyncio.run(our_send_window(url, pid, streams, hold))
-            plain = asyncio.run(plain_send_window(streams, size, fps, bitrate, hold))
+            streams, hold, rounds = args.send_streams, args.send_hold, args.send_rounds
+            our_windows, plain_windows = asyncio.run(
+                send_windows(url, pid, streams, (size, fps, bitrate), hold, rounds)
+            )
+            ours, plain = total(our_windows), total(plain_windows)
             ratio = ours.packets_per_cpu_s / plain.packets_per_cpu_s
+            each = ", ".join(
+                f"{o.packets_per_cpu_s / p.packets_per_cpu_s:.2f}"
+                for o, p in zip(our_windows, plain_windows, strict=True)
+            )
             extension = f"{ours.playout_delay}/{streams} and {plain.playout_delay}/{streams}"
             stream = f"{args.send_profile} {bitrate / 1e6:g} Mbps"
             note(
-                f"(c) send path, {streams} × {stream}, packets the receivers got",
+                f"(c) send path, {streams} × {stream}, packets the receivers got, both sides "
+                f"at once over the same {rounds} windows of {hold:g} s",
                 f"ours         {ours.describe()}\n  plain aiortc {plain.describe()}\n"
                 f"  ratio ours / plain aiortc, packets per CPU-second: {ratio:.2f} "
-                f"(playout-delay extension in the answers: {extension})",
+                f"(each window: {each}; playout-delay extension in the answers: {extension})",
                 f"python {serve_cmd}\n    receivers and plain aiortc sender: "
                 f"python benchmarks/loadtest.py --skip a,b,d --send-streams {streams} "
-                f"--send-hold {hold:g} --send-profile {args.send_profile}",
+                f"--send-hold {hold:g} --send-rounds {rounds} --send-profile {args.send_profile}",
             )
 
     if "b" not in skip:

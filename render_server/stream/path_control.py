@@ -116,7 +116,8 @@ class PathControl:
                    "fec_withheld": fec.rekey.withheld if fec and fec.rekey else None,
                    "media_copies": fec.media_copies if fec else None,
                    "resend_copies": fec.resend_copies if fec else None,
-                   "fec_holes": fec.holes.refilled if fec and fec.holes else None},
+                   "fec_holes": fec.holes.refilled if fec and fec.holes else None,
+                   "segmented": path.output.segmented if path.output else None},
         )  # fmt: skip
 
     def max_bitrate(self) -> int:

@@ -7,7 +7,9 @@ transport's `sendto`; none of them ever waits, so for a frame's packets that is 
 Here the same steps run once per batch: the DTLS transport's state is checked, the nominated
 pair looked up, then every packet is protected and written. The pair's protocol transport is
 the UDP socket's, or aioice's TURN transport for a relayed pair (which wraps each datagram in
-ChannelData itself), so relay-only sessions take the same path.
+ChannelData itself), so relay-only sessions take the same path. A batch is protected into one
+buffer (`srtp_batch`) and leaves the UDP socket in runs of equal-sized datagrams, one system
+call each (`udp_segments`).
 
 Checked against aiortc 1.16 and aioice 0.10: `RTCDtlsTransport._state`, `_tx_srtp`,
 `__tx_bytes`, `__tx_packets` (its stats), `RTCIceTransport._connection`,
@@ -23,6 +25,8 @@ from typing import Any
 from aiortc.rtcdtlstransport import RTCDtlsTransport, State
 
 from render_server.protocol.timing import now_ms
+from render_server.transport.srtp_batch import BatchProtector, batches
+from render_server.transport.udp_segments import SegmentedSender
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,8 @@ class PacketOutput:
         self._ssrc = media_ssrc.to_bytes(4, "big")
         self.on_marker: Callable[[int, float], None] | None = None
         self.errors = 0  # packets that could not be sent (SRTP refuses an over-long one)
+        self._segments: SegmentedSender | None = None  # for the nominated pair's transport
+        self._protector: BatchProtector | None = None  # for the DTLS transport's SRTP session
 
     async def rtp(self, batch: Sequence[bytes | bytearray]) -> None:
         """Plain RTP packets, in order; nothing where the transport is no longer connected
@@ -51,21 +57,26 @@ class PacketOutput:
         pair = dtls.transport._connection._nominated.get(1)
         if dtls._state != State.CONNECTED or pair is None or pair.protocol.transport is None:
             return
-        sendto, address = pair.protocol.transport.sendto, pair.remote_addr
-        protect = dtls._tx_srtp.protect
-        sent = size = 0
-        for data in batch:
-            plain = bytes(data)
-            try:
-                wire = protect(plain)
-            except Exception as exc:  # one packet SRTP refuses must not stop the rest
-                self._failed(exc)
-                continue
-            sendto(wire, address)
-            size, sent = size + len(wire), sent + 1
-            self._sent(plain)
+        segments = self._segments
+        if segments is None or segments.transport is not pair.protocol.transport:
+            segments = self._segments = SegmentedSender(pair.protocol.transport)
+        protector = self._protector
+        if protector is None or protector.session is not dtls._tx_srtp:
+            protector = self._protector = BatchProtector(dtls._tx_srtp)
+        size = sent = 0
+        for turn in batches(batch):
+            wires, plains = protector.protect(turn, self._failed)
+            segments.send(wires, pair.remote_addr)  # before the next turn reuses the buffer
+            for plain in plains:
+                self._sent(plain)
+            size, sent = size + sum(map(len, wires)), sent + len(wires)
         dtls._RTCDtlsTransport__tx_bytes += size
         dtls._RTCDtlsTransport__tx_packets += sent
+
+    @property
+    def segmented(self) -> int:
+        """Packets that left in runs of one system call (`udp_segments`)."""
+        return self._segments.segmented if self._segments is not None else 0
 
     async def rtcp(self, data: bytes) -> None:
         """A packet through aiortc's transport (RTCP; every packet on a test's stand-in)."""

@@ -116,21 +116,21 @@ class SendPath:
         self._probe_source = 0  # which recent packet the next padding copies
         self._last_media: int | None = None  # aiortc's number of the last media packet
         self._transport: Any = None
-        self._out: PacketOutput | None = None
+        self.output: PacketOutput | None = None
 
     # -- installation ------------------------------------------------------------------------
 
     def install(self, max_bitrate: int) -> None:
         """Take over the sender's transport: its RTP from here leaves through `send_frame`."""
         transport = self.sender.transport
-        self._out = PacketOutput(transport, self.sender._ssrc)
+        self.output = PacketOutput(transport, self.sender._ssrc)
         handle_rtcp: Callable[[bytes], Awaitable[None]] = transport._handle_rtcp_data
         retransmit: Callable[[int], Awaitable[None]] = self.sender._retransmit
 
         async def send_rtp(data: bytes) -> None:
             if is_rtcp(data):
-                assert self._out is not None
-                await self._out.rtcp(data)
+                assert self.output is not None
+                await self.output.rtcp(data)
             else:
                 await self.send_frame((data,))
 
@@ -207,8 +207,8 @@ class SendPath:
     def on_marker(self, observer: Callable[[int, float], None]) -> None:
         """Call `observer(rtp_timestamp, ms)` as each frame's last packet leaves (after
         `install`): the timing records, which can no longer wrap the transport's `_send_rtp`."""
-        assert self._out is not None
-        self._out.on_marker = observer
+        assert self.output is not None
+        self.output.on_marker = observer
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -342,8 +342,8 @@ class SendPath:
         return "rtx" if rtx else "retransmission"
 
     async def _transmit(self, batch: Sequence[bytes | bytearray]) -> None:
-        assert self._out is not None
-        await self._out.rtp(batch)
+        assert self.output is not None
+        await self.output.rtp(batch)
 
     # -- probes ---------------------------------------------------------------------------------
 
