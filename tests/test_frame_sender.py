@@ -149,7 +149,7 @@ async def test_the_loop_sends_frames_whole_and_keeps_what_aiortc_keeps() -> None
 def test_a_kept_packet_wraps_in_rtx_as_aiortcs_own() -> None:
     from aiortc.rtp import wrap_rtx
 
-    from render_server.transport.frame_sender import HistoryPacket
+    from render_server.transport.frame_history import HistoryPacket
 
     extensions = HeaderExtensions(abs_send_time=0x123456, mid="0")
     chosen = extension_map(with_ours=True)

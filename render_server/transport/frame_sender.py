@@ -9,9 +9,10 @@ pacer lets them, which no header written now could tell) and each packet is its 
 that block and its payload: the same bytes aiortc's `RtpPacket.serialize` writes for the same
 numbers and extension values (tests/test_frame_sender.py). The frame then goes to
 `SendPath.send_frame` in one call. What aiortc's loop keeps up to date is kept the same way:
-the retransmission history (its `RtpPacket`s, which `_retransmit` and the probes' padding
-read), the sender report's counters, the started and exited events, and the track stopped and
-the encoder released as the loop ends.
+the retransmission history (a frame at a time, `frame_history`: the `RtpPacket`s that
+`_retransmit` and the probes' padding read are built when they ask), the sender report's
+counters, the started and exited events, and the track stopped and the encoder released as
+the loop ends.
 
 Checked against aiortc 1.16: `RTCRtpSender._run_rtp` (replaced per sender: `send` starts
 `self._run_rtp(codec)`), `_next_encoded_frame`, and the private `__rtp_started`,
@@ -32,9 +33,10 @@ from typing import Any, Final
 from aiortc import rtcrtpsender
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
-from aiortc.rtp import HeaderExtensions, RtpPacket
+from aiortc.rtp import HeaderExtensions
 from aiortc.utils import random32, uint32_add
 
+from render_server.transport.frame_history import FrameHistory, SentFrame
 from render_server.transport.retransmission import history_size
 
 log = logging.getLogger(__name__)
@@ -49,33 +51,6 @@ def ntp_now() -> int:
     the microsecond there), without building two datetimes for it on every frame."""
     seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
     return (seconds + NTP_UNIX_OFFSET_S) << 32 | (nanoseconds << 32) // 1_000_000_000
-
-
-class HistoryPacket(RtpPacket):
-    """A sent packet as the retransmission history keeps it: aiortc's `RtpPacket` (its
-    `_retransmit` wraps and serializes it), built without the `HeaderExtensions` that
-    `RtpPacket.__init__` makes for every packet only to be replaced by the frame's."""
-
-    def __init__(  # noqa: PLR0913 (RtpPacket's fields)
-        self,
-        payload_type: int,
-        marker: int,
-        sequence_number: int,
-        timestamp: int,
-        ssrc: int,
-        payload: bytes,
-        extensions: HeaderExtensions,
-    ) -> None:
-        self.version = 2
-        self.marker = marker
-        self.payload_type = payload_type
-        self.sequence_number = sequence_number
-        self.timestamp = timestamp
-        self.ssrc = ssrc
-        self.csrc: list[int] = []
-        self.extensions = extensions
-        self.payload = payload
-        self.padding_size = 0
 
 
 def serialize_frame(
@@ -110,6 +85,7 @@ class FrameSender:
 
     def install(self) -> None:
         self._sender._run_rtp = self._run
+        self._sender._RTCRtpSender__rtp_history = FrameHistory()
 
     async def _run(self, codec: RTCRtpCodecParameters) -> None:
         sender = self._sender
@@ -150,12 +126,7 @@ class FrameSender:
         extension = sender._RTCRtpSender__rtp_header_extensions_map.set(extensions)
         ssrc, size = sender._ssrc, history_size()
         history = sender._RTCRtpSender__rtp_history
-        last = len(payloads) - 1
-        for i, payload in enumerate(payloads):
-            number = (sequence + i) & 0xFFFF
-            history[number % size] = HistoryPacket(
-                payload_type, int(i == last), number, timestamp, ssrc, payload, extensions
-            )
+        history.add(SentFrame(sequence, payloads, payload_type, timestamp, ssrc, extensions, size))
         packets = serialize_frame(payloads, payload_type, sequence, timestamp, ssrc, extension)
         await self._send_frame(packets)
         self.frames += 1

@@ -1,0 +1,65 @@
+"""The frame-at-a-time history gives, for every slot, the packet aiortc's per-packet history
+would hold there: across the 16-bit wrap and the end of the slots, after newer frames
+overwrite older ones, for a frame longer than the history, and after the history grows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiortc.rtp import HeaderExtensions
+
+from render_server.transport.frame_history import FrameHistory, HistoryPacket, SentFrame
+
+
+def fields(packet: Any) -> tuple[Any, ...]:
+    return (
+        packet.payload_type, packet.marker, packet.sequence_number, packet.timestamp,
+        packet.ssrc, packet.payload, packet.extensions,
+    )  # fmt: skip
+
+
+def kept_both_ways(frames: list[tuple[int, int, int]], size: int) -> tuple[FrameHistory, dict]:
+    """(first sequence, packet count, timestamp) frames into ours and into aiortc's way."""
+    ours, theirs = FrameHistory(), {}
+    extensions = HeaderExtensions(abs_send_time=7, mid="0")
+    for first, count, timestamp in frames:
+        payloads = [f"{timestamp}:{i}".encode() for i in range(count)]
+        ours.add(SentFrame(first, payloads, 102, timestamp, 0xABC, extensions, size))
+        for i, payload in enumerate(payloads):  # what aiortc's loop does per packet
+            number = (first + i) & 0xFFFF
+            theirs[number % size] = HistoryPacket(
+                102, int(i == count - 1), number, timestamp, 0xABC, payload, extensions
+            )
+    return ours, theirs
+
+
+def test_every_slot_holds_what_a_per_packet_history_holds() -> None:
+    size = 512
+    frames, sequence = [], 65_000  # wraps the 16-bit numbers and the slots several times
+    for n in range(60):
+        count = [1, 37, 3, 200, 12][n % 5]
+        frames.append((sequence, count, 3000 * n))
+        sequence = (sequence + count) & 0xFFFF
+    ours, theirs = kept_both_ways(frames, size)
+    assert set(ours) == set(theirs)
+    for key in range(size):
+        assert fields(ours.get(key)) == fields(theirs[key])
+        assert fields(ours[key]) == fields(theirs[key])
+    assert ours.get(size + 5) is None and ours.get(size + 5, "none") == "none"
+
+
+def test_a_frame_longer_than_the_history_keeps_its_last_packets() -> None:
+    ours, theirs = kept_both_ways([(100, 1200, 90_000)], size=512)
+    assert len(ours) == 512
+    for key in range(512):
+        assert fields(ours.get(key)) == fields(theirs[key])
+    assert ours.get(1299 % 512).marker == 1
+
+
+def test_frames_kept_before_the_history_grew_still_give_their_packets() -> None:
+    extensions = HeaderExtensions()
+    history = FrameHistory()
+    history.add(SentFrame(1000, [b"a", b"b"], 102, 0, 1, extensions, 512))
+    history.add(SentFrame(1002, [b"c"], 102, 3000, 1, extensions, 1024))
+    assert history.get(1001 % 512).sequence_number == 1001  # the old size's slot
+    assert history.get(1002 % 1024).sequence_number == 1002  # the new size's
