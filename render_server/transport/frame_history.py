@@ -4,7 +4,7 @@ the packets a NACK or a probe's padding asks for.
 aiortc keeps every sent packet as an `RtpPacket` in a dict keyed by its sequence number modulo
 the history's size (`RTCRtpSender.__rtp_history`), and nearly all of them are never read:
 building one object per packet was a tenth of the send path's CPU at 4K60. Here each slot of a
-frame's packets points at one record of the frame, set in one C-level `dict.update`, and `get`
+frame's packets points at one record of the frame, set in one short loop, and `get`
 (all that aiortc's `_retransmit`, `count_retransmits` and the probes' padding call) builds the
 packet from the record: the same header fields, payload and extensions as before.
 """
@@ -45,7 +45,7 @@ class HistoryPacket(RtpPacket):
         self.padding_size = 0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class SentFrame:
     """One frame's packets as sent: numbered from `first`, the marker on the last."""
 
@@ -76,11 +76,11 @@ class FrameHistory(dict[int, Any]):
         start = frame.first % size
         if count >= size:
             self.update(dict.fromkeys(range(size), frame))
-        elif start + count <= size:
-            self.update(dict.fromkeys(range(start, start + count), frame))
-        else:  # over the end of the slots
-            self.update(dict.fromkeys(range(start, size), frame))
-            self.update(dict.fromkeys(range(start + count - size), frame))
+            return
+        for key in range(start, min(start + count, size)):
+            self[key] = frame
+        for key in range(start + count - size):  # over the end of the slots
+            self[key] = frame
 
     def get(self, key: int, default: Any = None) -> Any:
         frame = dict.get(self, key)
