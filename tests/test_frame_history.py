@@ -63,3 +63,29 @@ def test_frames_kept_before_the_history_grew_still_give_their_packets() -> None:
     history.add(SentFrame(1002, [b"c"], 102, 3000, 1, extensions, 1024))
     assert history.get(1001 % 512).sequence_number == 1001  # the old size's slot
     assert history.get(1002 % 1024).sequence_number == 1002  # the new size's
+
+
+async def test_nacks_are_counted_against_the_history_the_frame_sender_put_in_place() -> None:
+    """The session wraps `_retransmit` to count before the frame sender replaces aiortc's
+    history (stream/session.py): the count must read the history in place at each NACK."""
+    from render_server.transport.frame_sender import FrameSender
+    from render_server.transport.retransmission import count_retransmits, history_size
+
+    class Sender:  # an RTCRtpSender as far as these two read it
+        def __init__(self) -> None:
+            self._RTCRtpSender__rtp_history: dict[int, Any] = {}
+            self.resent: list[int] = []
+
+        async def _retransmit(self, sequence_number: int) -> None:
+            self.resent.append(sequence_number)
+
+    sender = Sender()
+    heard: list[bool] = []
+    count_retransmits(sender, heard.append)  # type: ignore[arg-type]
+    FrameSender(sender, send_frame=None).install()  # type: ignore[arg-type]
+    history = sender._RTCRtpSender__rtp_history
+    assert isinstance(history, FrameHistory)
+    history.add(SentFrame(500, [b"a", b"b"], 102, 0, 1, HeaderExtensions(), history_size()))
+    await sender._retransmit(501)
+    await sender._retransmit(9_000)  # never sent
+    assert heard == [True, False] and sender.resent == [501, 9_000]

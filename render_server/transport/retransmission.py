@@ -53,11 +53,12 @@ def count_retransmits(sender: RTCRtpSender, on_nack: Callable[[bool], None]) -> 
     """Call `on_nack(True)` for each packet a NACK asks `sender` for that it still holds (and
     resends), `on_nack(False)` for each it no longer has."""
     retransmit = getattr(sender, "_retransmit", None)
-    history: dict[int, Any] | None = getattr(sender, "_RTCRtpSender__rtp_history", None)
-    if not callable(retransmit) or history is None:
+    if not callable(retransmit) or not hasattr(sender, "_RTCRtpSender__rtp_history"):
         raise RuntimeError("this aiortc's RTCRtpSender has no retransmission to count")
 
     async def counted(sequence_number: int) -> None:
+        # read at each NACK: the frame sender puts its own history in place of aiortc's
+        history: dict[int, Any] = sender._RTCRtpSender__rtp_history
         packet = history.get(sequence_number % history_size())
         on_nack(packet is not None and packet.sequence_number == sequence_number)
         await retransmit(sequence_number)
