@@ -9,6 +9,13 @@ only counts frames on the marker bit needs none of that: `receive_lean` replaces
 packet to `on_packet` (the `receiver_hook` signature). ICE, DTLS, SRTP and the data channel are
 aiortc's, unchanged.
 
+Once the pair is up (`rehook` after negotiating), SRTP media does not wait in aioice's queue
+either: aiortc hands each datagram through a failed STUN parse, an `asyncio.Queue` and three
+coroutines before the DTLS transport unprotects it. The ICE connection's sockets
+(`StunProtocol.datagram_received`, relayed ones included) now unprotect an RTP datagram where
+it arrives and read it at once; STUN, DTLS and RTCP take aiortc's way as before, and RTP of
+another codec is handed to aiortc's own handler already unprotected.
+
 The sender still hears from us: each packet feeds aiortc's own `StreamStatistics`, from which
 the receiver's RTCP task sends receiver reports (loss, jitter, LSR/DLSR for the RTT). No NACK,
 PLI or REMB is sent: lost packets stay lost (counted by the frame assembler), and the worker's
@@ -17,14 +24,19 @@ bitrate is its own (REMB only ever lowers it).
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiortc import RTCRtpReceiver
+import pylibsrtp
+from aioice.ice import StunProtocol
+from aiortc import RTCRtpReceiver, clock
+from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import StreamStatistics
+from aiortc.rtp import is_rtcp
 
 from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
 
@@ -46,6 +58,8 @@ class LeanStats:
     padding: int = 0  # of them, RTX padding (bandwidth probes): no media to count
     malformed: int = 0  # too short for their own header
     passed_on: int = 0  # other RTP (not this receiver's codecs): left to aiortc
+    direct: int = 0  # SRTP datagrams unprotected and read where they arrived
+    unprotect_failed: int = 0  # of those, datagrams SRTP refused (dropped, as aiortc does)
 
 
 class LeanReceiver:
@@ -77,19 +91,62 @@ class LeanReceiver:
         self.rehook()
 
     def rehook(self) -> None:
-        """Hook the receiver's transport as it is now (once per transport)."""
+        """Hook the receiver's transport as it is now (once per transport), and the sockets its
+        ICE connection has gathered by now (call again after negotiating)."""
         transport = self.receiver.transport
-        original: Callable[[bytes, int], Awaitable[None]] = transport._handle_rtp_data
-        if getattr(original, "lean", False):
-            return
-        handle = self._handle
+        current: Any = transport._handle_rtp_data
+        if not getattr(current, "lean", False):
+            original: Callable[[bytes, int], Awaitable[None]] = current
+            handle = self._handle
 
-        async def lean(data: bytes, arrival_time_ms: int) -> None:
-            if not handle(data):
-                await original(data, arrival_time_ms)
+            async def lean(data: bytes, arrival_time_ms: int) -> None:
+                if not handle(data):
+                    await original(data, arrival_time_ms)
 
-        lean.lean = True  # type: ignore[attr-defined]
-        transport._handle_rtp_data = lean  # type: ignore[method-assign]
+            lean.lean = True  # type: ignore[attr-defined]
+            lean.original = original  # type: ignore[attr-defined]
+            transport._handle_rtp_data = lean  # type: ignore[method-assign]
+            current = lean
+        self._hook_sockets(transport, current.original)
+
+    def _hook_sockets(self, dtls: Any, aiortcs: Callable[[bytes, int], Awaitable[None]]) -> None:
+        """Read SRTP media where the ICE connection's sockets receive it (once per socket);
+        RTP that is not ours goes to `aiortcs` (the transport's own handler)."""
+        connection = getattr(getattr(dtls, "transport", None), "_connection", None)
+        for protocol in getattr(connection, "_protocols", ()):
+            if isinstance(protocol, StunProtocol) and not hasattr(protocol, "lean_original"):
+                original = protocol.datagram_received
+                setattr(protocol, "lean_original", original)  # noqa: B010 (aioice's object)
+                setattr(protocol, "datagram_received", self._direct(dtls, original, aiortcs))  # noqa: B010
+
+    def _direct(
+        self,
+        dtls: Any,
+        original: Callable[[Any, Any], None],
+        aiortcs: Callable[[bytes, int], Awaitable[None]],
+    ) -> Callable[[Any, Any], None]:
+        handle, stats = self._handle, self.stats
+
+        def datagram_received(data: Any, addr: Any) -> None:
+            srtp = dtls._rx_srtp
+            if (
+                srtp is None or not 127 < data[0] < 192 or is_rtcp(data)
+                or dtls._state != State.CONNECTED
+            ):  # fmt: skip
+                original(data, addr)  # STUN, DTLS, RTCP, or SRTP not keyed yet: aiortc's way
+                return
+            stats.direct += 1
+            dtls._RTCDtlsTransport__rx_bytes += len(data)
+            dtls._RTCDtlsTransport__rx_packets += 1
+            try:
+                plain = srtp.unprotect(data)
+            except pylibsrtp.Error:
+                stats.unprotect_failed += 1
+                return
+            if not handle(plain):
+                asyncio.ensure_future(aiortcs(plain, clock.current_ms()))
+
+        return datagram_received
 
     def _handle(self, data: bytes) -> bool:
         """True when the packet was ours (handled), False to leave it to aiortc."""

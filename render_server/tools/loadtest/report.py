@@ -126,6 +126,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "packets": result.packets,
         "lost_packets": result.lost_packets,
         "duplicate_packets": result.duplicate_packets,
+        "socket_packets": result.socket_packets,
         "nacks_sent": result.nacks_sent,
         "nacked_packets": result.nacked_packets,
         "plis_sent": result.plis_sent,

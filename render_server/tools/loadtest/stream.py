@@ -93,6 +93,7 @@ class StreamResult:
     packets: int = 0
     duplicate_packets: int = 0
     lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
+    socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
     nacks_sent: int = 0
     nacked_packets: int = 0
     plis_sent: int = 0
@@ -129,6 +130,7 @@ class StreamProbe:
         self.config = config
         self.t0_ms = t0_ms
         self.result = StreamResult(index, process)
+        self._lean: LeanReceiver | None = None
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: StreamDecoder | None = None
@@ -229,7 +231,7 @@ class StreamProbe:
         self.pc.on("connectionstatechange", self._on_connection_state)
         lean = None
         if self.config.receiver == "lean":
-            lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
+            lean = self._lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
         else:
             observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
@@ -272,6 +274,8 @@ class StreamProbe:
         with contextlib.suppress(Exception):
             await self.signaling.close()
         self.assembler.flush()
+        if self._lean is not None:
+            result.socket_packets = self._lean.stats.direct
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
         self._finish()
