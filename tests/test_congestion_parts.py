@@ -412,6 +412,16 @@ def test_history_is_bounded_and_ignores_unknown_and_repeated_feedback() -> None:
     assert history.match(report).received == []  # reported already
 
 
+def test_a_cleared_history_matches_nothing_and_takes_new_packets() -> None:
+    history = SendHistory()
+    for i in range(10):
+        history.add(SentPacket(i, 1000, i * 1e-3))
+    history.clear()
+    assert len(history) == 0
+    assert history.match([PacketFeedback(3, 1.0)]).received == []
+    assert history.add(SentPacket(3, 1000, 0.5)) and len(history) == 1
+
+
 def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
     history = SendHistory()
     for i in range(4):

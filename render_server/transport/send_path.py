@@ -166,8 +166,7 @@ class SendPath:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def send_frame(self, packets: Sequence[bytes]) -> None:
-        """RTP packets of the sender (a frame's, in order; or one retransmission): paced, or
-        where nothing paces them, sent at once, in one batch."""
+        """A frame's RTP packets in order (or one retransmission): paced, or at once, unpaced."""
         if self._transport.state != "connected":  # as aiortc's: its sender loop ends on this
             raise ConnectionError("Cannot send encrypted RTP, not connected")
         now = self._clock()
@@ -205,8 +204,7 @@ class SendPath:
             self._last_media = int.from_bytes(data[2:4], "big")
 
     def on_marker(self, observer: Callable[[int, float], None]) -> None:
-        """Call `observer(rtp_timestamp, ms)` as each frame's last packet leaves (after
-        `install`): the timing records, which can no longer wrap the transport's `_send_rtp`."""
+        """Call `observer(rtp_timestamp, ms)` as each frame's last packet leaves (timing)."""
         assert self.output is not None
         self.output.on_marker = observer
 
@@ -222,6 +220,7 @@ class SendPath:
             except Exception as exc:  # the pacer failed earlier: said here, not raised
                 log.error("send_path.pacer_failed", extra={"error": repr(exc)[:300]})
             self._task = None
+        self.controller.forget_sent()
 
     # -- what the session tells it -------------------------------------------------------------
 
@@ -401,6 +400,7 @@ class SendPath:
         first = self._first_sent
         if self.mode == "waiting" and first is not None and now - first > FEEDBACK_WAIT_S:
             self.mode = "remb"
+            self.controller.forget_sent()  # never to be reported
             log.info("send_path.remb", extra={"reason": "no transport-cc feedback"})
 
     def _update_rates(self, force: bool = False) -> None:

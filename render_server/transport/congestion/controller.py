@@ -94,6 +94,12 @@ class CongestionController:
         self._probes.clock(packet.send_time)
         self._alr.on_bytes_sent(packet.size, packet.send_time)
 
+    def forget_sent(self) -> None:
+        """Drop the packets sent and not yet reported: no feedback will come for them. Left
+        in place they would wait for the cyclic collector with the rest of the session (a full
+        collection of a few ended 4K sessions' packets stalled every stream for 25–36 ms)."""
+        self._history.clear()
+
     def on_feedback(self, now: float, feedback: Sequence[PacketFeedback]) -> None:
         t = self._clock(now)
         if t is None:

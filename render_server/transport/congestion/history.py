@@ -65,6 +65,11 @@ class SendHistory:
             del self._entries[self._order.popleft()]
         return True
 
+    def clear(self) -> None:
+        """Forget every packet (none will be reported: the path went to REMB, or it ended)."""
+        self._entries.clear()
+        self._order.clear()
+
     def match(self, feedback: Iterable[PacketFeedback]) -> Matched:
         """Match feedback to sent packets. A packet counts once: a repeated report is ignored,
         except a packet first reported lost and then received (a late arrival), which counts

@@ -67,6 +67,9 @@ class ControllerRecorder:
         self._write({"bitrates": [min_bitrate, max_bitrate]})
         self.controller.set_bitrates(min_bitrate, max_bitrate)
 
+    def forget_sent(self) -> None:  # not recorded: it changes no estimate, only memory
+        self.controller.forget_sent()
+
     def process(self, now: float) -> None:
         self._write({"t": now, "process": 1})
         self.controller.process(now)
