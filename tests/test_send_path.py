@@ -160,11 +160,9 @@ async def test_without_feedback_the_path_follows_remb(monkeypatch: pytest.Monkey
 async def test_a_stopped_path_lets_go_of_its_unreported_packets() -> None:
     """Left to the session's reference cycles, a 4K session's unreported packets wait for a
     full collection, which stalls every other stream (25–36 ms for a few ended sessions)."""
-    loop = asyncio.get_running_loop()
-    transport = FakeTransport(loop)
+    transport = FakeTransport(asyncio.get_running_loop())
     sender = FakeSender(transport)
-    controller = CongestionController(start_bitrate=1_000_000, min_bitrate=100_000,
-                                      max_bitrate=6_000_000)  # fmt: skip
+    controller = CongestionController(1_000_000, 100_000, 6_000_000)
     path = SendPath(sender, controller, on_target=lambda target: None)
     path.install(6_000_000)
     for number in range(1, 6):
