@@ -171,12 +171,13 @@ def _sample(assemblers: list[Any], pid: int) -> tuple[int, int, float, float]:
 
 
 async def count_windows(
-    sides: list[tuple[list[Any], int]], hold: float, rounds: int
+    sides: list[tuple[list[Any], int, int]], hold: float, rounds: int
 ) -> list[list[SendWindow]]:
-    """Wait for a frame on every stream of every side (its receivers' assemblers and its
-    sender's pid) and the warm-up, then count every side over the same `rounds` windows of
-    `hold` seconds, all sides read at the same instants: one list of windows per side."""
-    everyone = [a for assemblers, _ in sides for a in assemblers]
+    """Wait for a frame on every stream of every side (its receivers' assemblers, its
+    sender's pid, its answers with the playout-delay extension) and the warm-up, then count
+    every side over the same `rounds` windows of `hold` seconds, all sides read at the same
+    instants: one list of windows per side."""
+    everyone = [a for assemblers, _, _ in sides for a in assemblers]
     deadline = time.monotonic() + 60.0
     while not all(a.stats.frames for a in everyone):
         if time.monotonic() > deadline:
@@ -184,14 +185,15 @@ async def count_windows(
         await asyncio.sleep(0.1)
     await asyncio.sleep(SEND_WARMUP_S)
     windows: list[list[SendWindow]] = [[] for _ in sides]
-    before = [_sample(assemblers, pid) for assemblers, pid in sides]
+    before = [_sample(assemblers, pid) for assemblers, pid, _ in sides]
     for _ in range(rounds):
         await asyncio.sleep(hold)
-        after = [_sample(assemblers, pid) for assemblers, pid in sides]
-        for side, ((assemblers, _), b, a) in enumerate(zip(sides, before, after, strict=True)):
-            windows[side].append(
-                SendWindow(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], len(assemblers), 0)
-            )
+        after = [_sample(assemblers, pid) for assemblers, pid, _ in sides]
+        for side, (b, a) in enumerate(zip(before, after, strict=True)):
+            assemblers, _, extension = sides[side]
+            windows[side].append(SendWindow(
+                a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], len(assemblers), extension
+            ))  # fmt: skip
         before = after
     return windows
 
@@ -334,13 +336,15 @@ async def send_windows(
         our_sessions(url, streams) as (our_assemblers, our_pcs),
         plain_sessions(streams, *profile) as (plain_assemblers, plain_pcs, plain_pid),
     ):
+
+        def answered(pcs: list[Any]) -> int:
+            return sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
+
         ours, plain = await count_windows(
-            [(our_assemblers, pid), (plain_assemblers, plain_pid)], hold, rounds
-        )
-        for windows, pcs in ((ours, our_pcs), (plain, plain_pcs)):
-            extension = sum(PLAYOUT_DELAY_URI in pc.remoteDescription.sdp for pc in pcs)
-            for window in windows:
-                window.playout_delay = extension
+            [(our_assemblers, pid, answered(our_pcs)),
+             (plain_assemblers, plain_pid, answered(plain_pcs))],
+            hold, rounds,
+        )  # fmt: skip
     return ours, plain
 
 

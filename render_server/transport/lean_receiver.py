@@ -114,10 +114,10 @@ class LeanReceiver:
         RTP that is not ours goes to `aiortcs` (the transport's own handler)."""
         connection = getattr(getattr(dtls, "transport", None), "_connection", None)
         for protocol in getattr(connection, "_protocols", ()):
-            if isinstance(protocol, StunProtocol) and not hasattr(protocol, "lean_original"):
-                original = protocol.datagram_received
-                setattr(protocol, "lean_original", original)  # noqa: B010 (aioice's object)
-                setattr(protocol, "datagram_received", self._direct(dtls, original, aiortcs))  # noqa: B010
+            received = getattr(protocol, "datagram_received", None)
+            if isinstance(protocol, StunProtocol) and not getattr(received, "lean", False):
+                direct = self._direct(dtls, received, aiortcs)
+                setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
 
     def _direct(
         self,
@@ -146,6 +146,7 @@ class LeanReceiver:
             if not handle(plain):
                 asyncio.ensure_future(aiortcs(plain, clock.current_ms()))
 
+        datagram_received.lean = True  # type: ignore[attr-defined]
         return datagram_received
 
     def _handle(self, data: bytes) -> bool:
