@@ -114,8 +114,10 @@ class LeanReceiver:
         RTP that is not ours goes to `aiortcs` (the transport's own handler)."""
         connection = getattr(getattr(dtls, "transport", None), "_connection", None)
         for protocol in getattr(connection, "_protocols", ()):
-            received = getattr(protocol, "datagram_received", None)
-            if isinstance(protocol, StunProtocol) and not getattr(received, "lean", False):
+            if not isinstance(protocol, StunProtocol):
+                continue
+            received = protocol.datagram_received
+            if not getattr(received, "lean", False):
                 direct = self._direct(dtls, received, aiortcs)
                 setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
 
