@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,8 +164,11 @@ class OrbitCamera:
 
     def copy(self) -> OrbitCamera:
         """An independent camera with the same state (every field is immutable, and already
-        checked: a shallow copy, without `__post_init__`'s conversions, once per frame)."""
-        return copy.copy(self)
+        checked: a shallow copy, without `__post_init__`'s conversions, once per frame: the
+        instance dict copied directly, a fifth of `copy.copy`'s reduce protocol)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
 
     def state(self) -> tuple[float, ...]:
         """A hashable snapshot of everything that decides the pixels."""
