@@ -117,9 +117,16 @@ async def test_the_loop_sends_frames_whole_and_keeps_what_aiortc_keeps() -> None
     frames = [[bytes([f, i]) * 500 for i in range(n)] for f, n in enumerate([3, 1, 4])]
     sender = StubSender([list(f) for f in frames])
     sent: list[list[bytes]] = []
+    extensions = sender._RTCRtpSender__rtp_header_extensions_map
+    repeats: list[bool] = []
 
     async def send_frame(packets: Sequence[bytes]) -> None:
         sent.append(list(packets))
+        # the history serializes to what left: a retransmission repeats the packet
+        history = sender._RTCRtpSender__rtp_history
+        for data in packets:
+            kept = history[RtpPacket.parse(data).sequence_number % history_size()]
+            repeats.append(kept.serialize(extensions) == data)
 
     frame_sender = FrameSender(sender, send_frame)
     frame_sender.install()
@@ -132,12 +139,9 @@ async def test_the_loop_sends_frames_whole_and_keeps_what_aiortc_keeps() -> None
     assert numbers == [(numbers[0] + i) & 0xFFFF for i in range(8)]
     assert [p.marker for p in packets] == [0, 0, 1, 1, 0, 0, 0, 1]
     assert [p.payload for p in packets] == [p for f in frames for p in f]
-    # the history serializes to what left: a retransmission repeats the packet
-    extensions = sender._RTCRtpSender__rtp_header_extensions_map
-    history = sender._RTCRtpSender__rtp_history
-    for data, packet in zip([p for s in sent for p in s], packets, strict=True):
-        kept = history[packet.sequence_number % history_size()]
-        assert kept.serialize(extensions) == data
+    assert repeats == [True] * 8
+    # and is emptied when the loop ends, not left for the collector with the peer connection
+    assert not sender._RTCRtpSender__rtp_history
     assert sender._RTCRtpSender__packet_count == 8
     assert sender._RTCRtpSender__octet_count == sum(len(p) for f in frames for p in f)
     # the track ended: the loop stopped it, released the encoder and said it exited

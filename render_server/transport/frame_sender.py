@@ -108,6 +108,9 @@ class FrameSender:
             pass
         except Exception:  # as aiortc's loop: said, and the loop ends so that stop() returns
             log.warning("frame_sender.failed", extra={"error": traceback.format_exc()[-2000:]})
+        # freed now, by reference counts: left to die with the peer connection's reference
+        # cycles, a second of frames would wait for a full collection (receive_estimator)
+        sender._RTCRtpSender__rtp_history.clear()
         track = sender._RTCRtpSender__track
         if track:
             track.stop()

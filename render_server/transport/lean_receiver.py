@@ -38,6 +38,7 @@ from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import StreamStatistics
 from aiortc.rtp import is_rtcp
 
+from render_server.transport.receive_estimator import drop_receive_estimator
 from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
 
 _HEADER = struct.Struct("!HII")  # sequence number, timestamp, SSRC (after the first 2 bytes)
@@ -83,6 +84,7 @@ class LeanReceiver:
         except AttributeError:
             raise RuntimeError("this aiortc's RTCRtpReceiver has no state to feed") from None
         receiver._RTCRtpReceiver__decoder_queue = _DiscardQueue()  # type: ignore[attr-defined]
+        drop_receive_estimator(receiver)  # never fed: the media stops here
         self.receiver = receiver
         self.on_packet = on_packet
         self.on_codec = on_codec

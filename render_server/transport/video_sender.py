@@ -19,6 +19,7 @@ from aiortc.sdp import SessionDescription
 from render_server.transport.av1_codec import register_av1
 from render_server.transport.paced_negotiation import register_fec_codecs, register_transport_cc
 from render_server.transport.playout_delay import register_playout_delay, request_playout_delay
+from render_server.transport.receive_estimator import drop_receive_estimator
 from render_server.transport.rtcp_feedback import route_rtcp_feedback
 
 # At import, for the whole process (aiortc keeps one list of codecs and of header extensions):
@@ -103,6 +104,7 @@ def add_video_sender(
     `transport_cc` every packet carries the transport-wide sequence number placeholder that
     `send_path.SendPath` numbers; with `fec` the answer takes RED and ULPFEC where offered."""
     transceiver = pc.addTransceiver(track, direction="sendonly")
+    drop_receive_estimator(transceiver.receiver)
     transceiver.setCodecPreferences(codec_preferences(codec, fec=fec))
     route_rtcp_feedback(transceiver.sender, on_keyframe_request, on_receiver_estimate)
     request_playout_delay(transceiver.sender, playout_delay, transport_cc)
