@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -216,6 +217,8 @@ def print_links(links: dict[str, dict[str, Any]], encoder: str) -> None:
 
 
 def main() -> int:
+    # a kill (SIGTERM) unwinds like Ctrl+C, so that each lab takes its namespaces away
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
