@@ -40,6 +40,7 @@ from aiortc.rtp import is_rtcp
 
 from render_server.transport.receive_estimator import drop_receive_estimator
 from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
+from render_server.transport.udp_gro import GroStats, read_coalesced
 
 _HEADER = struct.Struct("!HII")  # sequence number, timestamp, SSRC (after the first 2 bytes)
 _LENGTH = struct.Struct("!H")
@@ -89,6 +90,7 @@ class LeanReceiver:
         self.on_packet = on_packet
         self.on_codec = on_codec
         self.stats = LeanStats()
+        self.gro = GroStats()  # the sockets' reads, where they took UDP_GRO (udp_gro)
         self._told: str | None = None  # the codec `on_codec` last heard of
         self.rehook()
 
@@ -122,6 +124,9 @@ class LeanReceiver:
             if not getattr(received, "lean", False):
                 direct = self._direct(dtls, received, aiortcs)
                 setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
+                transport = getattr(protocol, "transport", None)
+                if transport is not None:  # a relayed "socket" (TURN) has none of its own
+                    read_coalesced(transport, direct, protocol.error_received, self.gro)
 
     def _direct(
         self,

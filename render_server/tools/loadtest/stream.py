@@ -94,6 +94,7 @@ class StreamResult:
     duplicate_packets: int = 0
     lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
     socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
+    socket_reads: int = 0  # lean: the reads that brought every datagram (UDP_GRO: runs whole)
     nacks_sent: int = 0
     nacked_packets: int = 0
     plis_sent: int = 0
@@ -276,6 +277,7 @@ class StreamProbe:
         self.assembler.flush()
         if self._lean is not None:
             result.socket_packets = self._lean.stats.direct
+            result.socket_reads = self._lean.gro.reads
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
         self._finish()

@@ -1,0 +1,92 @@
+"""Coalesced reads (`UDP_GRO`) hand the protocol exactly the datagrams the sender wrote, in
+order: segmented runs the kernel delivers whole are cut back at the segment size, datagrams
+sent one by one arrive as they were, and STUN-sized ones between them too."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from typing import Any
+
+import pytest
+
+from render_server.transport.udp_gro import GroStats, read_coalesced, segment_size, split
+from render_server.transport.udp_segments import SegmentedSender
+
+SO_NO_CHECK = 11  # asm-generic/socket.h: no checksum, so no segmentation offload
+
+
+def test_a_run_is_cut_at_its_segment_size() -> None:
+    run = b"a" * 1200 + b"b" * 1200 + b"c" * 57
+    assert split(run, 1200) == [b"a" * 1200, b"b" * 1200, b"c" * 57]
+    assert split(run, 0) == [run]  # no control message: one datagram
+    assert split(b"x" * 100, 1200) == [b"x" * 100]
+    assert segment_size([(17, 104, (1200).to_bytes(4, sys.byteorder))]) == 1200
+    assert segment_size([(1, 2, b"\0\0\0\0")]) == 0
+
+
+class Collector(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.datagrams: list[bytes] = []
+        self.arrived = asyncio.Event()
+        self.expected = 0
+        self.errors: list[Exception] = []
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.datagrams.append(data)
+        if len(self.datagrams) >= self.expected:
+            self.arrived.set()
+
+
+async def receive(segmented: bool) -> tuple[list[bytes], list[bytes], GroStats, bool]:
+    loop = asyncio.get_running_loop()
+    receiver, collector = await loop.create_datagram_endpoint(
+        Collector, local_addr=("127.0.0.1", 0)
+    )
+    stats = GroStats()
+    taken = read_coalesced(receiver, collector.datagram_received, collector.errors.append, stats)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    if not segmented:
+        sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+    sender, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
+    sizes = [1201] * 5 + [1200] * 20 + [57] + [900, 900, 899] + [1100] * 10
+    datagrams = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    collector.expected = len(datagrams) + 1
+    try:
+        SegmentedSender(sender).send(
+            [memoryview(d) for d in datagrams], receiver.get_extra_info("sockname")
+        )
+        sender.sendto(b"\x00\x01stun", receiver.get_extra_info("sockname"))
+        await asyncio.wait_for(collector.arrived.wait(), 5)
+    finally:
+        sender.close()
+        receiver.close()
+    assert not collector.errors
+    return [*datagrams, b"\x00\x01stun"], collector.datagrams, stats, taken
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="UDP_GRO is Linux's")
+async def test_segmented_runs_arrive_whole_and_leave_as_their_datagrams() -> None:
+    sent, received, stats, taken = await receive(segmented=True)
+    assert taken
+    assert received == sent
+    assert stats.datagrams == len(sent)
+    assert stats.reads < len(sent) and stats.coalesced >= len(sent) - 5  # runs came whole
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="UDP_GRO is Linux's")
+async def test_datagrams_sent_one_by_one_arrive_as_they_were() -> None:
+    sent, received, stats, taken = await receive(segmented=False)
+    assert taken
+    assert received == sent
+    assert stats.reads == stats.datagrams == len(sent) and stats.coalesced == 0
+
+
+async def test_a_transport_without_a_socket_is_left_alone() -> None:
+    class Relay:  # as aioice's TURN transport: no socket of its own
+        def is_closing(self) -> bool:
+            return False
+
+    assert not read_coalesced(Relay(), lambda d, a: None, lambda e: None, GroStats())  # type: ignore[arg-type]
