@@ -76,6 +76,24 @@ async def test_the_lean_receiver_reads_header_payload_and_rtx_and_feeds_receiver
     await pc.close()
 
 
+async def test_a_datagram_too_short_for_rtp_is_left_to_aiortc_at_the_socket() -> None:
+    from aiortc.rtcdtlstransport import State
+
+    pc = RTCPeerConnection()
+    lean = LeanReceiver(pc.addTransceiver("video", direction="recvonly").receiver, lambda *a: None)
+    keyed = type("Dtls", (), {"_rx_srtp": object(), "_state": State.CONNECTED})()
+    passed: list[bytes] = []
+
+    async def aiortcs(data: bytes, arrival_ms: int) -> None:
+        raise AssertionError("not RTP")
+
+    direct = lean._direct(keyed, lambda data, addr: passed.append(data), aiortcs)
+    for datagram in (b"", b"\x80", b"\x80\x60\x00\x01"):
+        direct(datagram, ("127.0.0.1", 9))
+    assert passed == [b"", b"\x80", b"\x80\x60\x00\x01"] and lean.stats.direct == 0
+    await pc.close()
+
+
 def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
     serve = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "2")
     with serve_process(*serve, log_path=tmp_path / "serve.log") as url:

@@ -139,7 +139,7 @@ class LeanReceiver:
         def datagram_received(data: Any, addr: Any) -> None:
             srtp = dtls._rx_srtp
             if (
-                srtp is None or not 127 < data[0] < 192 or is_rtcp(data)
+                srtp is None or len(data) < 12 or not 127 < data[0] < 192 or is_rtcp(data)
                 or dtls._state != State.CONNECTED
             ):  # fmt: skip
                 original(data, addr)  # STUN, DTLS, RTCP, or SRTP not keyed yet: aiortc's way
