@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-SOL_UDP: Final = 17
+from render_server.transport.udp_segments import SOL_UDP
+
 UDP_GRO: Final = 104  # linux/udp.h
 READ_SIZE: Final = 65_536  # the largest run the kernel hands over in one read
 READS_PER_WAKE: Final = 64  # then the other sockets' turn
