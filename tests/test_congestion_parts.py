@@ -1,5 +1,6 @@
 """The congestion controller's parts, each fed by hand: groups, the trendline detector, AIMD,
-throughput, loss, probing and the send history."""
+the delay-based estimate's reading of the standing queue, throughput, loss, probing and the
+send history."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import random
 import pytest
 
 from render_server.transport.congestion.aimd import BACKOFF, AimdRateControl
+from render_server.transport.congestion.delay_based import (
+    QUEUE_HOLD_S,
+    QUEUE_OVERUSE_S,
+    DelayBasedBwe,
+)
 from render_server.transport.congestion.history import MAX_PACKETS, SendHistory
 from render_server.transport.congestion.inter_arrival import Deltas, InterArrival
 from render_server.transport.congestion.loss import LossBasedBwe
@@ -432,3 +438,33 @@ def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
     assert (first.lost, first.reported, len(first.received)) == (2, 3, 1)
     again = history.match([PacketFeedback(1, None), PacketFeedback(2, 1.2), PacketFeedback(3, 1.3)])
     assert (again.lost, again.reported, len(again.received)) == (-1, 1, 2)
+
+
+# the delay-based estimate reads the standing queue
+
+
+def steady_delay(bwe: DelayBasedBwe, start: float, seconds: float, queue: float) -> float:
+    """Reports every 50 ms of 2 Mbit/s at a constant one-way delay (the trendline sees no
+    trend), acknowledged at 2 Mbit/s, while `queue` seconds stand on the path."""
+    sequence, t = 0, start
+    while t < start + seconds:
+        packets = [
+            PacketResult(
+                SentPacket(sequence + i, 1250, t + i * 0.005), 500.0 + t + i * 0.005 + 0.02
+            )
+            for i in range(10)
+        ]
+        sequence += 10
+        t += 0.05
+        bwe.on_feedback(packets, 2e6, None, t + 0.02, queue)
+    return bwe.estimate
+
+
+def test_a_standing_queue_holds_the_estimate_and_a_long_one_is_overuse() -> None:
+    climbing = DelayBasedBwe(2e6, 1e5, 20e6)
+    assert steady_delay(climbing, 0.0, 2.0, 0.0) > 2.05e6  # no queue: it climbs
+    held = DelayBasedBwe(2e6, 1e5, 20e6)
+    assert steady_delay(held, 0.0, 2.0, QUEUE_HOLD_S + 0.005) == pytest.approx(2e6)
+    assert held.usage is BandwidthUsage.NORMAL  # the trend saw nothing: the queue held it
+    cut = DelayBasedBwe(2e6, 1e5, 20e6)
+    assert steady_delay(cut, 0.0, 0.5, QUEUE_OVERUSE_S + 0.005) == pytest.approx(BACKOFF * 2e6)

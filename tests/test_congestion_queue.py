@@ -1,12 +1,12 @@
-"""The standing queue on the path (transport/congestion/queue_delay.py) and the controller's
-drain of it: measured on made-up feedback, then on the simulated 20 → 2 Mbit/s step against
-the same controller without the drain."""
+"""The standing queue on the path (transport/congestion/queue_delay.py), the controller's
+drain of it and the delay-based estimate's reading of it: measured on made-up feedback, then
+on the simulated 20 → 2 Mbit/s step against the same controller without each."""
 
 from __future__ import annotations
 
 import pytest
 
-from render_server.transport.congestion import CongestionController
+from render_server.transport.congestion import CongestionController, delay_based
 from render_server.transport.congestion import queue_delay as queue_module
 from render_server.transport.congestion.queue_delay import (
     ALLOWANCE_S,
@@ -130,3 +130,32 @@ def test_the_drain_empties_the_queue_a_step_down_left_sooner(
     assert ours < without
     assert ours <= 1.5
     assert dropped < dropped_without
+
+
+def low_phase(monkeypatch: pytest.MonkeyPatch, read_queue: bool) -> tuple[float, int]:
+    """The longest queue wait and the highest target from 3 s after a 20 → 2 Mbit/s step
+    until the step back up (the additive climb back towards the link)."""
+    with monkeypatch.context() as patch:
+        if not read_queue:
+            patch.setattr(delay_based, "QUEUE_HOLD_S", float("inf"))
+            patch.setattr(delay_based, "QUEUE_OVERUSE_S", float("inf"))
+        controller = CongestionController(2_000_000, 100_000, 16_000_000)
+        sim = Simulation(controller, Link(steps((0, 20e6), (10.0, 2e6), (20.0, 20e6))))
+        sim.run(30.0)
+    low = [s for s in sim.samples if 13.0 <= s.t < 20.0]
+    back = first_time(sim.samples, 20.0, lambda s: s.target >= 0.8 * 16e6)
+    assert back is not None and back - 20.0 <= 10.0  # and the way back up is not blocked
+    return max(s.queue_delay for s in low), max(s.target for s in low)
+
+
+def test_a_standing_queue_stops_the_climb_after_a_drop_at_the_link(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trendline sees a queue only while it grows: without reading the standing queue the
+    additive climb overfills the 2 Mbit/s link and waits there 121 ms before overuse trips."""
+    queue, target = low_phase(monkeypatch, read_queue=True)
+    queue_without, target_without = low_phase(monkeypatch, read_queue=False)
+    print(f"low phase: queue {queue * 1e3:.0f} ms, target {target / 1e6:.2f} Mbit/s; "
+          f"without: {queue_without * 1e3:.0f} ms, {target_without / 1e6:.2f} Mbit/s")  # fmt: skip
+    assert queue <= 2 * ALLOWANCE_S + 0.015 < queue_without
+    assert target <= 2_000_000 < target_without

@@ -51,6 +51,7 @@ from render_server.transport.pacer import PacingQueue
 from render_server.transport.probe_padding import ProbeRun, next_rtx_number, wire_padding
 from render_server.transport.rtp_transmit import PacketOutput
 from render_server.transport.transport_feedback import split_transport_feedback
+from render_server.transport.wire_meter import WireMeter
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,8 @@ class SendPath:
         self._retransmitting = False
         self._stopping = False
         self._last_decrease = -FEC_HOLD_S  # when the target last fell by a tenth or more
-        self._media_bytes = 0  # queued since _rate_since
-        self._rate_since = clock()
-        self._send_rate: float | None = None  # bits/s the sender queued, smoothed
+        # what the sender hands over: its rate, and the encoder's share of the wire's bits
+        self.sent = WireMeter(clock(), SEND_RATE_WINDOW_S)
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -170,6 +170,7 @@ class SendPath:
         if self._transport.state != "connected":  # as aiortc's: its sender loop ends on this
             raise ConnectionError("Cannot send encrypted RTP, not connected")
         now = self._clock()
+        self.sent.add(packets, PACKET_OVERHEAD, repeat=self._retransmitting)
         if self.mode == "remb" and self.fec is None and not len(self.queue):
             # no feedback, nothing to pace against: aiortc's own way, at once
             for data in packets:
@@ -199,7 +200,6 @@ class SendPath:
                 self.queue.push(bytearray(packet), now, kind="fec")
         else:
             self.queue.push(bytearray(data), now)
-        self._media_bytes += len(data)
         if not self._retransmitting and data[8:12] == self._media_ssrc:
             self._last_media = int.from_bytes(data[2:4], "big")
 
@@ -269,10 +269,13 @@ class SendPath:
 
     @property
     def target(self) -> int:
-        """The encoder's target now (bits/s): the estimate, within the stream's most."""
-        if self.mode == "remb":
-            return min(self._remb or self._max_bitrate, self._max_bitrate)
-        return min(self.controller.target_bitrate, self._max_bitrate)
+        """The encoder's target now (bits/s): the estimate (REMB's, or the controller's) less
+        the packets' own bytes and what is sent again (`wire_meter`: the estimate counts the
+        wire, the encoder makes payload), within the stream's most."""
+        wire = self._remb if self.mode == "remb" else self.controller.target_bitrate
+        if wire is None:
+            return self._max_bitrate
+        return min(int(wire * self.sent.share), self._max_bitrate)
 
     # -- the pacer -------------------------------------------------------------------------------
 
@@ -407,12 +410,8 @@ class SendPath:
         target, now = self.target, self._clock()
         # what the encoder really sends, smoothed: an encoder that does not follow the target
         # (a replayed clip; a keyframe burst) is paced at its own rate, not queued behind it
-        elapsed = now - self._rate_since
-        if elapsed >= SEND_RATE_WINDOW_S:
-            sent = self._media_bytes * 8 / elapsed
-            self._send_rate = sent if self._send_rate is None else 0.5 * (self._send_rate + sent)
-            self._media_bytes, self._rate_since = 0, now
-        floor = int(SEND_RATE_HEADROOM * (self._send_rate or 0))
+        self.sent.update(now)
+        floor = int(SEND_RATE_HEADROOM * (self.sent.rate or 0))
         if self.mode == "transport-cc":
             pacing = self.controller.pacing_bitrate
         elif self.mode == "waiting":  # the first feedback is a round trip away: the stream's
@@ -430,7 +429,8 @@ class SendPath:
             congested = state.usage == "overusing" or now - self._last_decrease < FEC_HOLD_S
             fec.set_protection(0 if congested else fec.protection(now, state.loss))
             # FEC's share comes out of the estimate: on a fat path the encoder keeps its rate
-            estimate = self.controller.target_bitrate * 255 / (255 + fec.share)
+            payload = self.controller.target_bitrate * self.sent.share
+            estimate = payload * 255 / (255 + fec.share)
             target = int(min(target, estimate))
         elif fec is not None and self.mode == "remb":  # no loss reports: no FEC
             fec.set_protection(0)

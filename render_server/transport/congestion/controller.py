@@ -10,7 +10,8 @@ estimate = min(delay-based, loss-based, REMB) within [min, max], where the loss-
 itself kept under the delay-based estimate (as libwebrtc's SendSideBandwidthEstimation is);
 the pacer and the probes go by it. The encoder's target is the estimate, less while a queue
 stands on the path (`queue_delay`: what a capacity drop left is drained within half a second
-instead of the seconds GoogCC's 15 % margin takes).
+instead of the seconds GoogCC's 15 % margin takes), and the delay-based estimate reads it too
+(`delay_based`: a standing queue holds the estimate, a long one is overuse).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class CongestionController:
             if cluster is not None:
                 self._probe_estimator.handle(result, cluster)
         probe = self._probe_estimator.fetch()
-        delay = self._delay.on_feedback(received, self._throughput.bitrate, probe, t)
+        queue = self._queue.queue(t)
+        delay = self._delay.on_feedback(received, self._throughput.bitrate, probe, t, queue)
         if delay.updated:
             if delay.probe and self._loss.fraction_loss <= HIGH_LOSS:
                 self._loss.set_send_bitrate(self._delay.estimate)  # as libwebrtc on a probe

@@ -1,6 +1,13 @@
 """The delay-based estimate (libwebrtc's DelayBasedBwe): inter-arrival groups feed the
 trendline detector, whose hypothesis drives the AIMD rate control; a probe's result, unless
 the detector sees overuse, replaces the estimate.
+
+One departure: the queue standing on the path (`queue_delay`) counts as well as its trend.
+The trendline sees a queue only while it grows, and reacts after it has grown a while: GoogCC's
+additive climb after a capacity drop, or a probe that a bursty shaper let through faster than
+its rate, fills a 2 Mbit/s bottleneck past +50 ms of glass-to-glass before the slope trips.
+A queue over `QUEUE_HOLD_S` holds the estimate (as underuse does: the link is full already);
+one over `QUEUE_OVERUSE_S` is overuse.
 """
 
 from __future__ import annotations
@@ -11,10 +18,13 @@ from typing import Final
 
 from .aimd import BACKOFF, AimdRateControl
 from .inter_arrival import InterArrival
+from .queue_delay import ALLOWANCE_S
 from .trendline import TrendlineEstimator
 from .types import BandwidthUsage, PacketResult
 
 STREAM_TIMEOUT_S: Final = 2.0  # kStreamTimeOut: after a gap in feedback, start the filters over
+QUEUE_HOLD_S: Final = ALLOWANCE_S  # a standing queue this long: the estimate holds
+QUEUE_OVERUSE_S: Final = 2 * ALLOWANCE_S  # ...this long: overuse, whatever the trend
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +61,10 @@ class DelayBasedBwe:
         acknowledged: float | None,
         probe: float | None,
         now: float,
+        queue: float = 0.0,
     ) -> DelayResult:
         """`received` in arrival order; `acknowledged` the throughput, `probe` a probe result
-        from this feedback."""
+        from this feedback, `queue` the seconds of queueing standing on the path."""
         if not received:
             return DelayResult(False)  # all lost, or all too late for the history
         if self._last_seen is None or now - self._last_seen > STREAM_TIMEOUT_S:
@@ -72,13 +83,19 @@ class DelayBasedBwe:
             if previous is BandwidthUsage.UNDERUSING and state is BandwidthUsage.NORMAL:
                 recovered = True
             previous = state
-        return self._update(acknowledged, probe, recovered, now)
+        return self._update(acknowledged, probe, recovered, now, queue)
 
     def _update(
-        self, acknowledged: float | None, probe: float | None, recovered: bool, now: float
+        self,
+        acknowledged: float | None,
+        probe: float | None,
+        recovered: bool,
+        now: float,
+        queue: float,
     ) -> DelayResult:
         control = self.rate_control
-        if self._detector.state is BandwidthUsage.OVERUSING:
+        usage = self._detector.state
+        if usage is BandwidthUsage.OVERUSING or queue > QUEUE_OVERUSE_S:
             if acknowledged is not None:
                 if control.time_to_reduce_further(now, acknowledged):
                     control.update(BandwidthUsage.OVERUSING, acknowledged, now)
@@ -94,5 +111,7 @@ class DelayBasedBwe:
                 probe = max(probe, min(control.estimate, BACKOFF * acknowledged))
             control.set_estimate(probe, now)
             return DelayResult(True, probe=True)
-        control.update(self._detector.state, acknowledged, now)
+        if usage is BandwidthUsage.NORMAL and queue > QUEUE_HOLD_S:
+            usage = BandwidthUsage.UNDERUSING  # AIMD's hold
+        control.update(usage, acknowledged, now)
         return DelayResult(True, recovered_from_overuse=recovered)

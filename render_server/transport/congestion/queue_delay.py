@@ -24,7 +24,7 @@ from .types import PacketResult
 
 BASE_WINDOW_S: Final = 10.0  # the path's own delay: the minimum over this long
 BUCKET_S: Final = 1.0  # the window's minimum is kept per bucket of this long
-ALLOWANCE_S: Final = 0.03  # queueing this small is jitter, or a frame's own burst
+ALLOWANCE_S: Final = 0.02  # queueing this small is jitter, or a frame's own burst
 DRAIN_S: Final = 0.5  # what stands above the allowance is sent off within this
 MIN_FACTOR: Final = 0.5  # never ask the encoder for less than half the estimate to drain
 STALE_S: Final = 1.0  # a sample older than this says nothing about the queue now
