@@ -10,6 +10,7 @@ import pytest
 
 from render_server.transport.congestion.aimd import BACKOFF, AimdRateControl
 from render_server.transport.congestion.delay_based import (
+    PROBE_TRIAL_S,
     QUEUE_HOLD_S,
     QUEUE_OVERUSE_S,
     DelayBasedBwe,
@@ -443,18 +444,21 @@ def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
 # the delay-based estimate reads the standing queue
 
 
+def steady_packets(t: float) -> list[PacketResult]:
+    """50 ms of 2 Mbit/s sent from `t`, each 20 ms on the path (numbered by their send time)."""
+    first = round(t * 200)
+    return [
+        PacketResult(SentPacket(first + i, 1250, t + i * 0.005), 500.0 + t + i * 0.005 + 0.02)
+        for i in range(10)
+    ]
+
+
 def steady_delay(bwe: DelayBasedBwe, start: float, seconds: float, queue: float) -> float:
     """Reports every 50 ms of 2 Mbit/s at a constant one-way delay (the trendline sees no
     trend), acknowledged at 2 Mbit/s, while `queue` seconds stand on the path."""
-    sequence, t = 0, start
+    t = start
     while t < start + seconds:
-        packets = [
-            PacketResult(
-                SentPacket(sequence + i, 1250, t + i * 0.005), 500.0 + t + i * 0.005 + 0.02
-            )
-            for i in range(10)
-        ]
-        sequence += 10
+        packets = steady_packets(t)
         t += 0.05
         bwe.on_feedback(packets, 2e6, None, t + 0.02, queue)
     return bwe.estimate
@@ -468,3 +472,24 @@ def test_a_standing_queue_holds_the_estimate_and_a_long_one_is_overuse() -> None
     assert held.usage is BandwidthUsage.NORMAL  # the trend saw nothing: the queue held it
     cut = DelayBasedBwe(2e6, 1e5, 20e6)
     assert steady_delay(cut, 0.0, 0.5, QUEUE_OVERUSE_S + 0.005) == pytest.approx(BACKOFF * 2e6)
+
+
+def test_a_probes_raise_that_a_queue_follows_is_undone_and_one_that_stands_a_second_stays() -> None:
+    """A shaper lets its bucket's worth of a probe through at line speed: a 2 Mbit/s link read
+    as 2.3. A queue within PROBE_TRIAL_S of the raise says so; after it, a queue only holds."""
+    burst = DelayBasedBwe(2e6, 1e5, 20e6)
+    steady_delay(burst, 0.0, 0.5, 0.0)
+    before = burst.estimate
+    burst.on_feedback(steady_packets(0.5), 2e6, 2.3e6, 0.57, 0.0)  # the probe's result
+    assert burst.estimate == pytest.approx(2.3e6)
+    burst.on_feedback(steady_packets(0.6), 2e6, None, 0.67, QUEUE_HOLD_S + 0.005)
+    assert burst.estimate == pytest.approx(before)
+
+    real = DelayBasedBwe(2e6, 1e5, 20e6)
+    steady_delay(real, 0.0, 0.5, 0.0)
+    real.on_feedback(steady_packets(0.5), 2e6, 2.3e6, 0.57, 0.0)
+    steady_delay(real, 0.6, PROBE_TRIAL_S, 0.0)  # the trial passes without a queue
+    raised = real.estimate
+    assert raised >= 2.3e6
+    real.on_feedback(steady_packets(2.0), 2e6, None, 2.07, QUEUE_HOLD_S + 0.005)
+    assert real.estimate == pytest.approx(raised)  # held, not undone

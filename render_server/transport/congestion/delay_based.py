@@ -7,7 +7,9 @@ The trendline sees a queue only while it grows, and reacts after it has grown a 
 additive climb after a capacity drop, or a probe that a bursty shaper let through faster than
 its rate, fills a 2 Mbit/s bottleneck past +50 ms of glass-to-glass before the slope trips.
 A queue over `QUEUE_HOLD_S` holds the estimate (as underuse does: the link is full already);
-one over `QUEUE_OVERUSE_S` is overuse.
+one over `QUEUE_OVERUSE_S` is overuse. And a probe's raise stands on trial for `PROBE_TRIAL_S`:
+a shaper lets its bucket's worth of a probe through at line speed (a 2 Mbit/s link read as
+2.3), so a queue over `QUEUE_HOLD_S` in that time undoes the raise, before it grows to overuse.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .types import BandwidthUsage, PacketResult
 STREAM_TIMEOUT_S: Final = 2.0  # kStreamTimeOut: after a gap in feedback, start the filters over
 QUEUE_HOLD_S: Final = ALLOWANCE_S  # a standing queue this long: the estimate holds
 QUEUE_OVERUSE_S: Final = 2 * ALLOWANCE_S  # ...this long: overuse, whatever the trend
+PROBE_TRIAL_S: Final = 1.0  # a queue this soon after a probe raised the estimate undoes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,7 @@ class DelayBasedBwe:
         self._inter_arrival = InterArrival()
         self._detector = TrendlineEstimator()
         self._last_seen: float | None = None
+        self._trial: tuple[float, float] | None = None  # (until, the estimate before a probe)
 
     @property
     def estimate(self) -> float:
@@ -95,6 +99,12 @@ class DelayBasedBwe:
     ) -> DelayResult:
         control = self.rate_control
         usage = self._detector.state
+        trial = self._trial
+        if trial is not None and (now > trial[0] or queue > QUEUE_HOLD_S):
+            self._trial = None
+            if now <= trial[0]:  # the probe read a burst, not the link
+                control.set_estimate(min(trial[1], control.estimate), now)
+                return DelayResult(True)
         if usage is BandwidthUsage.OVERUSING or queue > QUEUE_OVERUSE_S:
             if acknowledged is not None:
                 if control.time_to_reduce_further(now, acknowledged):
@@ -109,7 +119,10 @@ class DelayBasedBwe:
                 # a probe may lower the estimate, but not far below the throughput (libwebrtc's
                 # limit_probes_lower_than_throughput_estimate)
                 probe = max(probe, min(control.estimate, BACKOFF * acknowledged))
+            before = control.estimate
             control.set_estimate(probe, now)
+            if control.estimate > before:
+                self._trial = (now + PROBE_TRIAL_S, before)
             return DelayResult(True, probe=True)
         if usage is BandwidthUsage.NORMAL and queue > QUEUE_HOLD_S:
             usage = BandwidthUsage.UNDERUSING  # AIMD's hold
