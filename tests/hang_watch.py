@@ -42,6 +42,11 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # a pytest-xdist worker that is done waits, alive, for the slowest of the others: its
+    # exit is the controller's to bound (xdist ends its workers), and the controller's own
+    # exit is watched here
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if _WATCH in config.stash:
         config.stash[_WATCH].arm(EXIT_GRACE_S, "the interpreter's exit after the tests")
 

@@ -19,7 +19,13 @@ RUN_MARK = "RENDER_TESTS_RUN"  # not RENDER_SERVER_*: some tests strip those
 
 
 def mark_this_run() -> None:
-    os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+    """Mark this run (a worker of pytest-xdist: its own part of it). Each xdist worker inherits
+    the controller's mark and ends its leftovers when it finishes: a worker done early would
+    otherwise stop the servers and browsers of tests still running on the others."""
+    run = os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not run.endswith(f"-{worker}"):
+        os.environ[RUN_MARK] = f"{run}-{worker}"
 
 
 def _marked(pid: int, needle: bytes) -> bool:

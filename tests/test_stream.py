@@ -166,11 +166,12 @@ async def test_remb_sets_the_encoders_bitrate_within_a_frame_or_two(
         )
         sent = asyncio.get_running_loop().time()
         await viewer.send_remb(400_000)
+        # the REMB less its packets' headers and overhead (transport/wire_meter.py)
         applied = await wait_for_metric(
-            server, "worker_encoder_bitrate_bps", lambda v: v == 400_000
+            server, "worker_encoder_bitrate_bps", lambda v: 0.8 * 400_000 <= v <= 400_000
         )
         waited = asyncio.get_running_loop().time() - sent
-        assert applied == 400_000
+        assert 0.8 * 400_000 <= applied <= 400_000
         print(f"REMB to encoder bitrate: {waited * 1e3:.0f} ms")
         assert waited < 1.0, f"REMB took {waited:.3f}s to reach the encoder"
         await viewer.send_remb(10**9)  # an estimate above the configured bitrate: capped
