@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from render_server.cli.option_values import record_dir_value
+
 from .processes import run
 
 SCENE_OPTIONS = ("--scene-dir", "--scene-retention", "--scene-quota", "--max-scenes-per-owner")
@@ -70,6 +72,16 @@ def test_bad_options_are_usage_errors() -> None:
     assert bad.returncode == 2 and "max resolution" in bad.stderr
     bad = run("serve", "--renderer", "opengl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    # a recordings folder under a file: said at start, not by a session that never streams
+    bad = run("serve", "--record-congestion", f"{__file__}/recordings")
+    assert bad.returncode == 2 and "--record-congestion" in bad.stderr
+    assert "Not a directory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_missing_recordings_folder_is_made(tmp_path: Path) -> None:
+    folder = tmp_path / "recordings" / "step"
+    assert record_dir_value(str(folder)) == str(folder) and folder.is_dir()
+    assert record_dir_value(None) is None and record_dir_value("") is None
 
 
 def run_with_env(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:

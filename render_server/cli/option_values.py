@@ -76,3 +76,18 @@ def processes_value(text: str, slots: int) -> int:
         return int(text)
     except ValueError:
         raise ConfigError(f"--processes {text!r} is neither a number nor auto") from None
+
+
+def record_dir_value(path: str | None) -> str | None:
+    """`--record-congestion`: a folder the sessions can write their recordings to, made when
+    missing. Checked at start: a session that found it missing would fail to open, and the
+    page wait for a picture that never comes."""
+    if not path:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--record-congestion {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--record-congestion {path}: not a folder this process can write to")
+    return path

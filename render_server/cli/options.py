@@ -20,6 +20,7 @@ from render_server.cli.option_values import (
     flag,
     processes_value,
     read_secret,
+    record_dir_value,
     signaling_urls,
 )
 from render_server.cli.scene_options import scene_fields
@@ -149,7 +150,8 @@ def stream_options(p: argparse.ArgumentParser) -> None:
         "--record-congestion", metavar="DIR",
         default=env_value("record_congestion"),
         help="write each paced session's congestion-controller inputs (transport feedback, "
-        "packets sent) to DIR/<session>-<peer>.jsonl.gz, to replay in tests",
+        "packets sent) to DIR/<session>-<peer>.jsonl.gz (DIR made when missing), to replay "
+        "in tests",
     )  # fmt: skip
     g.add_argument(
         "--max-viewers", type=int, default=env("max_viewers", s.max_viewers), metavar="N",
@@ -339,7 +341,7 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
         idle_fps=args.idle_fps,
         playout_delay=args.playout_delay,
         send_path=args.send_path,
-        congestion_record_dir=args.record_congestion,
+        congestion_record_dir=record_dir_value(args.record_congestion),
         fec=args.fec == "on",
         fec_copies=args.fec_copies == "on",
         codecs=codecs_value(args.codecs),
