@@ -43,7 +43,7 @@ SERIAL_MODULES = frozenset({
     "test_loadtest", "test_loadtest_receiver", "test_loadtest_decode", "test_loadtest_verdict",
     "test_latency_browser", "test_latency_cli", "test_first_move_meter",
     "test_first_move_render", "test_track_first_move", "test_benchmark_sharing",
-    "test_fleet", "test_hostile", "test_sharing_browser", "test_firefox_stream",
+    "test_fleet", "test_hostile", "test_sharing_browser", "test_firefox_stream", "test_browser",
 })  # fmt: skip
 
 

@@ -45,8 +45,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # a pytest-xdist worker that is done waits, alive, for the slowest of the others: its
     # exit is the controller's to bound (xdist ends its workers), and the controller's own
     # exit is watched here
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return
+    if hasattr(config, "workerinput"):  # set on xdist's workers (not inherited, as the
+        return  # environment is by a pytest a test starts)
     if _WATCH in config.stash:
         config.stash[_WATCH].arm(EXIT_GRACE_S, "the interpreter's exit after the tests")
 
