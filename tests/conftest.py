@@ -48,6 +48,10 @@ SERIAL_MODULES = frozenset({
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # a renamed or misspelt module would otherwise leave the list, and run beside others, unseen
+    missing = SERIAL_MODULES - {path.stem for path in Path(__file__).parent.glob("test_*.py")}
+    if missing:
+        raise pytest.UsageError(f"SERIAL_MODULES names no such test module: {sorted(missing)}")
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)

@@ -42,11 +42,12 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # a pytest-xdist worker that is done waits, alive, for the slowest of the others: its
-    # exit is the controller's to bound (xdist ends its workers), and the controller's own
-    # exit is watched here
-    if hasattr(config, "workerinput"):  # set on xdist's workers (not inherited, as the
-        return  # environment is by a pytest a test starts)
+    # a pytest-xdist worker that is done waits, alive, for the slowest of the others: its exit
+    # is the controller's to bound (xdist ends its workers), and the controller's is watched
+    # here. `workerinput` is set on a worker's config only; the environment would also reach
+    # a pytest that a test starts.
+    if hasattr(config, "workerinput"):
+        return
     if _WATCH in config.stash:
         config.stash[_WATCH].arm(EXIT_GRACE_S, "the interpreter's exit after the tests")
 

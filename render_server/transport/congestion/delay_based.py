@@ -99,11 +99,13 @@ class DelayBasedBwe:
     ) -> DelayResult:
         control = self.rate_control
         usage = self._detector.state
-        trial = self._trial
-        if trial is not None and (now > trial[0] or queue > QUEUE_HOLD_S):
-            self._trial = None
-            if now <= trial[0]:  # the probe read a burst, not the link
-                control.set_estimate(min(trial[1], control.estimate), now)
+        if self._trial is not None:
+            until, before = self._trial
+            if now > until:
+                self._trial = None  # the raise stood its trial
+            elif queue > QUEUE_HOLD_S:  # the probe read a burst, not the link
+                self._trial = None
+                control.set_estimate(min(before, control.estimate), now)
                 return DelayResult(True)
         if usage is BandwidthUsage.OVERUSING or queue > QUEUE_OVERUSE_S:
             if acknowledged is not None:
