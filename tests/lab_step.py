@@ -40,6 +40,8 @@ STEP_SUMMARY_JS = """() => ({
   shown: window.__shown, t0: window.__t0, t1: window.__t1,
   frames: window.renderStream.latencyMeter.frames.length,
   g2g: window.renderStream.latencyMeter.frames.map((f) => [f.wall, f.glassToGlass]),
+  stages: window.renderStream.latencyMeter.frames.map(
+    (f) => [f.wall, f.bytes, f.keyframe, f.stages]),
   network: window.renderStream.network,
 })"""
 # polls the worker's /metrics (its encoders' target)
@@ -108,6 +110,8 @@ def run_step(
     result = timeline(summary["shown"], summary["g2g"], bitrate, steps)
     result["monotonic_steps"] = monotonic
     result["network"] = summary.get("network")
+    down = steps[1][0]  # each frame's stages (ms), its bytes and whether a keyframe, for a look
+    result["stages"] = [((w - down) / 1000, *rest) for w, *rest in summary["stages"] if w]
     return result
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from render_server.transport.congestion.aimd import BACKOFF, AimdRateControl
 from render_server.transport.congestion.delay_based import (
+    CEILING_S,
     PROBE_TRIAL_S,
     QUEUE_HOLD_S,
     QUEUE_OVERUSE_S,
@@ -18,7 +19,11 @@ from render_server.transport.congestion.delay_based import (
 from render_server.transport.congestion.history import MAX_PACKETS, SendHistory
 from render_server.transport.congestion.inter_arrival import Deltas, InterArrival
 from render_server.transport.congestion.loss import LossBasedBwe
-from render_server.transport.congestion.probing import ProbeBitrateEstimator, ProbeController
+from render_server.transport.congestion.probing import (
+    ProbeBitrateEstimator,
+    ProbeController,
+    ProbeResult,
+)
 from render_server.transport.congestion.throughput import AcknowledgedBitrate
 from render_server.transport.congestion.trendline import TrendlineEstimator
 from render_server.transport.congestion.types import (
@@ -305,7 +310,8 @@ def estimate(cluster: ProbeCluster, results: list[PacketResult]) -> float | None
     estimator = ProbeBitrateEstimator()
     for result in results:
         estimator.handle(result, cluster)
-    return estimator.fetch()
+    result = estimator.fetch()
+    return None if result is None else result.bitrate
 
 
 def test_a_probe_measures_what_got_through() -> None:
@@ -322,6 +328,40 @@ def test_a_probe_needs_80_percent_of_its_packets_and_bytes() -> None:
     assert estimate(cluster, probe_results(cluster, 4e6, 4e6, 8)) is not None
 
 
+def test_a_probe_through_a_shapers_bucket_reads_the_link_not_the_burst() -> None:
+    """A 2 Mbit/s link whose token bucket holds ~2.5 packets: the first three of a 4 Mbit/s
+    probe's eleven pass at once, the rest at the link's rate. Over all eleven the receive
+    rate reads 2.5 Mbit/s; the later half, past the burst, reads the link."""
+    cluster = ProbeCluster(1, 4_000_000, 5, 7500)
+    estimator = ProbeBitrateEstimator()
+    spacing = 1200 * 8 / 2e6
+    arrivals = [2.0, 2.0001, 2.0002] + [2.0002 + i * spacing for i in range(1, 9)]
+    for i, arrival in enumerate(arrivals):
+        estimator.on_sent(cluster.id)
+        sent = SentPacket(i, 1200, 1.0 + i * 1200 * 8 / 4e6, cluster.id)
+        estimator.handle(PacketResult(sent, arrival), cluster)
+    result = estimator.fetch()
+    assert result is not None and result.saturated
+    assert result.bitrate == pytest.approx(0.95 * 2e6, rel=0.01)
+
+
+def test_a_probe_waits_for_80_percent_of_the_packets_the_pacer_sent() -> None:
+    """The pacer sent 11 packets for a cluster planned at 5: a result from the first 5 would
+    read only their spacing."""
+    cluster = ProbeCluster(1, 4_000_000, 5, 3000)
+    estimator = ProbeBitrateEstimator()
+    results = probe_results(cluster, 4e6, 4e6, 11)
+    for _ in results:
+        estimator.on_sent(cluster.id)
+    for result in results[:8]:
+        estimator.handle(result, cluster)
+    assert estimator.fetch() is None
+    estimator.handle(results[8], cluster)
+    result = estimator.fetch()
+    assert result is not None and not result.saturated
+    assert result.bitrate == pytest.approx(4e6, rel=0.01)
+
+
 def test_a_probe_bunched_by_a_queue_is_rejected() -> None:
     cluster = ProbeCluster(1, 4_000_000, 5, 7500)
     # received at 3× the rate it was sent at: a queue let them go back to back
@@ -335,7 +375,8 @@ def test_an_older_clusters_tail_does_not_override_a_newer_result() -> None:
         estimator.handle(result, new)
     for result in probe_results(old, 2e6, 2e6, 6):
         estimator.handle(result, old)
-    assert estimator.fetch() == pytest.approx(8e6, rel=0.01)
+    result = estimator.fetch()
+    assert result is not None and result.bitrate == pytest.approx(8e6, rel=0.01)
 
 
 def drain(probes: ProbeController, now: float) -> list[int]:
@@ -391,6 +432,24 @@ def test_a_large_drop_brings_recovery_probes_until_the_rate_is_back() -> None:
     probes.set_estimate(14e6, 13.1)  # recovered (probe results)
     probes.process(20.0, None, True)
     assert drain(probes, 20.0) == []
+
+
+def test_the_probe_at_the_rate_before_a_drop_is_only_for_an_application_limited_stream() -> None:
+    """libwebrtc's RequestProbe: a stream that fills its estimate would burst at 0.85 × the
+    old rate into the narrower link (13.6 Mbit/s into 2 filled 100 ms of queue)."""
+    for alr_start, expected in ((None, []), (2.5, [13_600_000])):
+        probes = ProbeController(16e6, 16e6)
+        drain(probes, 0.0)
+        for t10 in range(1, 30):
+            probes.set_estimate(16e6, t10 * 0.1)
+        probes.set_estimate(2e6, 3.0)  # a large drop
+        probes.request_probe(3.5, alr_start, None)
+        assert drain(probes, 3.5) == expected
+    probes = ProbeController(16e6, 16e6)  # an application-limited region just ended
+    drain(probes, 0.0)
+    probes.set_estimate(2e6, 3.0)
+    probes.request_probe(3.5, None, 2.0)
+    assert drain(probes, 3.5) == [13_600_000]
 
 
 def test_raising_the_max_probes_at_the_new_max() -> None:
@@ -480,16 +539,45 @@ def test_a_probes_raise_that_a_queue_follows_is_undone_and_one_that_stands_a_sec
     burst = DelayBasedBwe(2e6, 1e5, 20e6)
     steady_delay(burst, 0.0, 0.5, 0.0)
     before = burst.estimate
-    burst.on_feedback(steady_packets(0.5), 2e6, 2.3e6, 0.57, 0.0)  # the probe's result
+    burst.on_feedback(
+        steady_packets(0.5), 2e6, ProbeResult(2.3e6, False), 0.57, 0.0
+    )  # the probe's result
     assert burst.estimate == pytest.approx(2.3e6)
     burst.on_feedback(steady_packets(0.6), 2e6, None, 0.67, QUEUE_HOLD_S + 0.005)
     assert burst.estimate == pytest.approx(before)
 
     real = DelayBasedBwe(2e6, 1e5, 20e6)
     steady_delay(real, 0.0, 0.5, 0.0)
-    real.on_feedback(steady_packets(0.5), 2e6, 2.3e6, 0.57, 0.0)
+    real.on_feedback(steady_packets(0.5), 2e6, ProbeResult(2.3e6, False), 0.57, 0.0)
     steady_delay(real, 0.6, PROBE_TRIAL_S, 0.0)  # the trial passes without a queue
     raised = real.estimate
     assert raised >= 2.3e6
     real.on_feedback(steady_packets(2.0), 2e6, None, 2.07, QUEUE_HOLD_S + 0.005)
     assert real.estimate == pytest.approx(raised)  # held, not undone
+
+
+def test_a_probe_that_filled_the_link_caps_the_climb_until_it_expires_or_one_gets_through() -> None:
+    """The link measured at 2 Mbit/s (a result of 1.9): AIMD's climb stops there for
+    CEILING_S, unless a probe that was not saturated measured more."""
+    capped = DelayBasedBwe(1.5e6, 1e5, 20e6)
+    steady_delay(capped, 0.0, 0.5, 0.0)
+    capped.on_feedback(steady_packets(0.5), 2e6, ProbeResult(1.9e6, True), 0.57, 0.0)
+    assert steady_delay(capped, 0.6, 3.0, 0.0) == pytest.approx(1.9e6)
+    assert steady_delay(capped, 3.6, CEILING_S, 0.0) > 1.95e6  # expired: it climbs again
+
+    free = DelayBasedBwe(1.5e6, 1e5, 20e6)
+    steady_delay(free, 0.0, 0.5, 0.0)
+    free.on_feedback(steady_packets(0.5), 2e6, ProbeResult(1.9e6, False), 0.57, 0.0)
+    assert steady_delay(free, 0.6, 3.0, 0.0) > 1.95e6
+
+    # nor does a later saturated probe through a shaper's full bucket raise it
+    capped.on_feedback(steady_packets(8.7), 2e6, ProbeResult(1.9e6, True), 8.77, 0.0)
+    capped.on_feedback(steady_packets(9.0), 2e6, ProbeResult(2.9e6, True), 9.07, 0.0)
+    assert capped.estimate == pytest.approx(1.9e6)
+
+    lifted = DelayBasedBwe(1.5e6, 1e5, 20e6)
+    steady_delay(lifted, 0.0, 0.5, 0.0)
+    lifted.on_feedback(steady_packets(0.5), 2e6, ProbeResult(1.9e6, True), 0.57, 0.0)
+    steady_delay(lifted, 0.6, 1.0, 0.0)
+    lifted.on_feedback(steady_packets(1.6), 2e6, ProbeResult(2.0e6, False), 1.67, 0.0)
+    assert steady_delay(lifted, 1.7, 3.0, 0.0) > 2.05e6

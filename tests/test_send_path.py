@@ -133,6 +133,39 @@ async def test_transport_feedback_reaches_the_controller_and_aiortc_gets_the_res
         await path.stop()
 
 
+async def test_a_probe_waits_until_what_was_sent_crossed_the_link_at_the_estimate() -> None:
+    """At a 1 Mbit/s estimate, 20 small packets and a 12-packet frame take ~160 ms to cross the
+    link: the start-up probes' padding (RTX copies) follows them instead of joining them."""
+    loop = asyncio.get_running_loop()
+    transport = FakeTransport(loop)
+    sender = FakeSender(transport)
+    controller = CongestionController(start_bitrate=1_000_000, min_bitrate=100_000,
+                                      max_bitrate=20_000_000)  # fmt: skip
+    path = SendPath(sender, controller, on_target=lambda _: None)
+    path.install(5_000_000)
+    try:
+        started = loop.time()
+        for i in range(20):
+            await transport._send_rtp(sender.packet(i, 200))
+        for i in range(20, 32):
+            await transport._send_rtp(sender.packet(i))
+        while len(transport.sent) < 32:
+            await asyncio.sleep(0.002)
+        feedback = TransportFeedback.build(
+            0, sender._ssrc, 0, [(n, 1_000_000 + 1000 * n) for n in range(20)]
+        )
+        await transport._handle_rtcp_data(bytes(feedback))
+        assert path.mode == "transport-cc"
+        backlog = sum(len(d) + send_path_module.PACKET_OVERHEAD for _, d in transport.sent) * 8
+        while path.packets["padding"] == 0 and loop.time() - started < 2.0:
+            await asyncio.sleep(0.002)
+        padding = [t for t, d in transport.sent if int.from_bytes(d[8:12], "big") == 2222]
+        assert padding, "no probe"
+        assert padding[0] - started >= 0.95 * backlog / 1_000_000
+    finally:
+        await path.stop()
+
+
 async def test_without_feedback_the_path_follows_remb(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(send_path_module, "FEEDBACK_WAIT_S", 0.2)
     loop = asyncio.get_running_loop()

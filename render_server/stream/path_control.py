@@ -109,7 +109,7 @@ class PathControl:
         self.log.info(
             "session.send_path",
             extra={"mode": state["mode"], "target": state["target"],
-                   "feedback": path.feedback_messages, "probes": path.probes,
+                   "feedback": path.feedback_messages, "probes": path.prober.started,
                    "step": self.steps.index, "loss": round(state["loss"], 4),
                    "fec_sent": fec.fec_sent if fec else None,
                    "fec_resent": fec.fec_resent if fec else None,

@@ -1,4 +1,4 @@
-"""The bytes a probe cluster is sent with: copies of the packets just sent.
+"""The bytes a probe cluster is sent with (copies of the packets just sent), and when.
 
 A congestion controller's probe is a burst at a higher rate than the stream's; libwebrtc fills
 it with RTX copies of recent packets ("payload padding"), which the receiver drops as
@@ -10,6 +10,7 @@ do), `_rtx_ssrc` and `__rtp_header_extensions_map`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,6 +46,64 @@ class ProbeRun:
 
     def count(self, size: int) -> None:
         self.packets, self.sent = self.packets + 1, self.sent + size
+
+
+class LinkBacklog:
+    """When what we sent will have crossed the bottleneck, if it carries the estimate. The
+    pacer lets a frame out at 2.5× the estimate, so on a narrow link the frame is still
+    crossing it after the pacer is done; a probe started then stacks its padding on the frame
+    (and the next), where one started after it fills the link's idle time: on a 2 Mbit/s link
+    filled to 95 %, a recovery probe put 40 ms on the frames around it."""
+
+    def __init__(self) -> None:
+        self._clear_at = 0.0
+
+    def add(
+        self, batch: Sequence[bytes | bytearray], overhead: int, now: float, rate: float
+    ) -> None:
+        size = sum(len(data) + overhead for data in batch)
+        self._clear_at = max(self._clear_at, now) + size * 8 / max(rate, 1.0)
+
+    def clear(self, now: float) -> bool:
+        return now >= self._clear_at
+
+
+class Prober:
+    """A send path's probe clusters: the one under way, and the padding it is due."""
+
+    def __init__(self, sender: Any, overhead: int) -> None:
+        self.sender = sender
+        self.overhead = overhead  # the wire's bytes beyond the packet's, as the controller counts
+        self.run: ProbeRun | None = None
+        self.backlog = LinkBacklog()  # a probe starts once our packets crossed the link
+        self.started = 0
+        self._source = 0  # which recent packet the next padding copies
+
+    @property
+    def cluster_id(self) -> int | None:
+        return self.run.cluster.id if self.run is not None else None
+
+    def start(self, cluster: ProbeCluster | None) -> None:
+        if cluster is not None:
+            self.run = ProbeRun(cluster)
+            self.started += 1
+
+    def padding(self, now: float, last_media: int | None, fec: FecPath | None) -> list[bytearray]:
+        """The padding due at `now`, at the cluster's rate; the probe ends once it is all out
+        (or when there is nothing to copy yet: no probe)."""
+        run, batch = self.run, list[bytearray]()
+        assert run is not None
+        while run.due(now):
+            padding = wire_padding(self.sender, last_media, self._source, fec)
+            self._source += 1
+            if padding is None:
+                self.run = None
+                return batch
+            batch.append(padding)
+            run.count(len(padding) + self.overhead)
+        if run.done():
+            self.run = None
+        return batch
 
 
 def padding_packet(sender: Any, last_sequence: int, index: int) -> bytes | None:

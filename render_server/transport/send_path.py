@@ -38,7 +38,6 @@ from render_server.transport.congestion import (
     CongestionController,
     CongestionState,
     PacketFeedback,
-    ProbeCluster,
     SentPacket,
 )
 from render_server.transport.congestion.record import ControllerRecorder
@@ -48,7 +47,7 @@ from render_server.transport.header_extensions import (
     write_transport_sequence,
 )
 from render_server.transport.pacer import PacingQueue
-from render_server.transport.probe_padding import ProbeRun, next_rtx_number, wire_padding
+from render_server.transport.probe_padding import Prober, next_rtx_number
 from render_server.transport.rtp_transmit import PacketOutput
 from render_server.transport.transport_feedback import split_transport_feedback
 from render_server.transport.wire_meter import WireMeter
@@ -92,7 +91,6 @@ class SendPath:
         self._clock = clock
         self.queue = PacingQueue(controller.pacing_bitrate)
         self.mode = "waiting"  # → "transport-cc" at the first feedback, "remb" without any
-        self.probes = 0
         self.feedback_messages = 0
         self.last_rtcp: float | None = None  # when the peer's RTCP last came: is it there?
         # packets sent by kind: media, rtx (NACKs answered on RTX), retransmission (on the
@@ -110,10 +108,9 @@ class SendPath:
         self._told: tuple[int, float] | None = None  # target last given the encoder, and when
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._probe: ProbeRun | None = None  # the probe under way
+        self.prober = Prober(sender, PACKET_OVERHEAD)
         self.fec: FecPath | None = None  # where the answer has RED and ULPFEC, once sending
         self._fec_types: FecPayloadTypes | None = None
-        self._probe_source = 0  # which recent packet the next padding copies
         self._last_media: int | None = None  # aiortc's number of the last media packet
         self._transport: Any = None
         self.output: PacketOutput | None = None
@@ -179,7 +176,7 @@ class SendPath:
             return
         for data in packets:
             self._enqueue(data, now)
-        if self._probe is None:  # what the budget lets out now leaves now: no task hop
+        if self.prober.run is None:  # what the budget lets out now leaves now: no task hop
             await self._send_ready(now)
         if len(self.queue):
             self._wake.set()
@@ -264,7 +261,7 @@ class SendPath:
             **asdict(snapshot),
             "target": self.target,
             "queue_ms": round(self.queue.queue_delay(self._clock()) * 1e3, 1),
-            "probes": self.probes,
+            "probes": self.prober.started,
         }
 
     @property
@@ -287,17 +284,21 @@ class SendPath:
                 self.controller.process(now)
                 self._check_feedback(now)
                 self._update_rates()
-                if self._probe is None and self.mode == "transport-cc":
-                    self._start_probe(self.controller.next_probe(now))
                 # on REMB alone the controller has nothing to time: the rates now and then
                 idle = self.mode == "remb"  # on every session's grid (`ticks`)
                 next_process = next_on_grid(now, REMB_INTERVAL_S if idle else PROCESS_INTERVAL_S)
             await self._send_ready(now)
-            if self._probe is not None:
-                await self._pad_probe(now)
+            prober = self.prober
+            if prober.run is None and self.mode == "transport-cc" and prober.backlog.clear(now):
+                prober.start(self.controller.next_probe(now))
+            if prober.run is not None:
+                cluster = prober.run.cluster.id
+                padding = prober.padding(now, self._last_media, self.fec)
+                self.packets["padding"] += len(padding)
+                await self._transmit([self._number(data, now, cluster) for data in padding])
             wait = self.queue.wait(now)
             until = max(0.0, next_process - self._clock())
-            if self._probe is not None:
+            if prober.run is not None:
                 wait = 0.001 if wait is None else min(wait, 0.001)
             if wait is None:
                 self._wake.clear()
@@ -314,7 +315,7 @@ class SendPath:
     async def _send_ready(self, now: float) -> None:
         ready = self.queue.pop(now)
         if ready:
-            cluster, batch = self._probe_id(), []
+            cluster, batch = self.prober.cluster_id, []
             for packet in ready:
                 self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
                 batch.append(self._number(packet.data, now, cluster))
@@ -345,37 +346,8 @@ class SendPath:
 
     async def _transmit(self, batch: Sequence[bytes | bytearray]) -> None:
         assert self.output is not None
+        self.prober.backlog.add(batch, PACKET_OVERHEAD, self._clock(), self.controller.estimate)
         await self.output.rtp(batch)
-
-    # -- probes ---------------------------------------------------------------------------------
-
-    def _start_probe(self, cluster: ProbeCluster | None) -> None:
-        if cluster is not None:
-            self._probe = ProbeRun(cluster)
-            self.probes += 1
-
-    def _probe_id(self) -> int | None:
-        return self._probe.cluster.id if self._probe is not None else None
-
-    async def _pad_probe(self, now: float) -> None:
-        """Send the probe cluster's bytes at its rate: padding beside whatever media goes."""
-        probe, batch = self._probe, []
-        assert probe is not None
-        while probe.due(now):
-            padding = self._padding()
-            if padding is None:
-                self._probe = None  # nothing to copy yet: no probe
-                break
-            self.packets["padding"] += 1
-            batch.append(self._number(padding, now, probe.cluster.id))
-            probe.count(len(padding) + PACKET_OVERHEAD)
-        if probe.done():
-            self._probe = None
-        await self._transmit(batch)
-
-    def _padding(self) -> bytearray | None:
-        self._probe_source += 1
-        return wire_padding(self.sender, self._last_media, self._probe_source - 1, self.fec)
 
     # -- feedback ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ increases depends on whether we know where the link's capacity is: far from any 
 before, multiplicatively (8 %/s, to find a new capacity quickly); near the throughput at which
 we last overused, additively (about a packet per response time, to stay there). The estimate
 may not run away from what the receiver acknowledges: at most 1.5 × throughput + 10 kbit/s,
-unless a probe measured more.
+unless a probe measured more; nor past a ceiling a probe that filled the link set, for a while.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ class AimdRateControl:
         self._last_change: float | None = None
         self.rtt = DEFAULT_RTT_S
         self.capacity = LinkCapacityEstimator()
+        self._ceiling: tuple[float, float] | None = None  # (bits/s, until when)
 
     def set_bounds(self, min_bitrate: float, max_bitrate: float) -> None:
         self._min, self._max = min_bitrate, max_bitrate
@@ -101,6 +102,21 @@ class AimdRateControl:
         """A probe's result replaces the estimate, whatever the throughput says."""
         self.estimate = self._clamp(bitrate)
         self._last_change = now
+
+    def set_ceiling(self, bitrate: float | None, until: float) -> None:
+        """The estimate does not increase past `bitrate` until `until` (None: no ceiling)."""
+        self._ceiling = None if bitrate is None else (bitrate, until)
+
+    def ceiling(self, now: float) -> float | None:
+        if self._ceiling is not None and now >= self._ceiling[1]:
+            self._ceiling = None
+        return None if self._ceiling is None else self._ceiling[0]
+
+    def _under_ceiling(self, bitrate: float, now: float) -> float:
+        ceiling = self.ceiling(now)
+        if ceiling is None:
+            return bitrate
+        return min(bitrate, max(ceiling, self.estimate))  # a cap on increase, never a cut
 
     def time_to_reduce_further(self, now: float, throughput: float) -> bool:
         """Decrease at most once per rtt, unless the throughput fell below half the estimate."""
@@ -136,7 +152,7 @@ class AimdRateControl:
                     increased = self.estimate + max(
                         self.estimate * (alpha - 1), MIN_MULTIPLICATIVE_STEP
                     )
-                new = min(increased, limit)
+                new = self._under_ceiling(min(increased, limit), now)
             self._last_change = now
         elif self._state is _State.DECREASE:
             # just under what the bottleneck delivered, to drain the queue we built

@@ -92,6 +92,8 @@ class CongestionController:
     def on_packet_sent(self, packet: SentPacket) -> None:
         if not self._history.add(packet):
             return
+        if packet.probe_cluster is not None:
+            self._probe_estimator.on_sent(packet.probe_cluster)
         self._probes.clock(packet.send_time)
         self._alr.on_bytes_sent(packet.size, packet.send_time)
 
@@ -127,7 +129,7 @@ class CongestionController:
                 self._loss.set_send_bitrate(self._delay.estimate)  # as libwebrtc on a probe
             self._loss.set_delay_limit(self._delay.estimate)
         if delay.recovered_from_overuse:
-            self._probes.request_probe(t)
+            self._probes.request_probe(t, self._alr.start_time, self._alr.end_time)
         self._target_changed(t)
 
     def on_remb(self, now: float, bitrate: int) -> None:

@@ -10,6 +10,12 @@ A queue over `QUEUE_HOLD_S` holds the estimate (as underuse does: the link is fu
 one over `QUEUE_OVERUSE_S` is overuse. And a probe's raise stands on trial for `PROBE_TRIAL_S`:
 a shaper lets its bucket's worth of a probe through at line speed (a 2 Mbit/s link read as
 2.3), so a queue over `QUEUE_HOLD_S` in that time undoes the raise, before it grows to overuse.
+A probe that filled the bottleneck measured the link: its result (95 % of it) is a ceiling the
+estimate does not climb past for `CEILING_S` (AIMD's climb would otherwise fill the link to
+98 % where the encoder undershot for a while, and the next burst or probe queues 40 ms), and
+the most another saturated probe may raise it to: a short probe on an idle shaper rides its
+bucket (a 2 Mbit/s link measured at 1.94 read 3.09 a few seconds later, on 6 packets). A probe
+that got through unsaturated lifts it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Final
 
 from .aimd import BACKOFF, AimdRateControl
 from .inter_arrival import InterArrival
+from .probing import ProbeResult
 from .queue_delay import ALLOWANCE_S
 from .trendline import TrendlineEstimator
 from .types import BandwidthUsage, PacketResult
@@ -28,6 +35,7 @@ STREAM_TIMEOUT_S: Final = 2.0  # kStreamTimeOut: after a gap in feedback, start 
 QUEUE_HOLD_S: Final = ALLOWANCE_S  # a standing queue this long: the estimate holds
 QUEUE_OVERUSE_S: Final = 2 * ALLOWANCE_S  # ...this long: overuse, whatever the trend
 PROBE_TRIAL_S: Final = 1.0  # a queue this soon after a probe raised the estimate undoes it
+CEILING_S: Final = 5.0  # a saturated probe's result caps the climb this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,7 @@ class DelayBasedBwe:
         self,
         received: Sequence[PacketResult],
         acknowledged: float | None,
-        probe: float | None,
+        probe: ProbeResult | None,
         now: float,
         queue: float = 0.0,
     ) -> DelayResult:
@@ -92,7 +100,7 @@ class DelayBasedBwe:
     def _update(
         self,
         acknowledged: float | None,
-        probe: float | None,
+        probe: ProbeResult | None,
         recovered: bool,
         now: float,
         queue: float,
@@ -117,12 +125,16 @@ class DelayBasedBwe:
                 return DelayResult(True)
             return DelayResult(False)
         if probe is not None:
+            bitrate = probe.bitrate
+            if probe.saturated:  # the link measured full lately: not more, nearer a bucket
+                bitrate = min(bitrate, control.ceiling(now) or bitrate)
             if acknowledged is not None:
                 # a probe may lower the estimate, but not far below the throughput (libwebrtc's
                 # limit_probes_lower_than_throughput_estimate)
-                probe = max(probe, min(control.estimate, BACKOFF * acknowledged))
+                bitrate = max(bitrate, min(control.estimate, BACKOFF * acknowledged))
             before = control.estimate
-            control.set_estimate(probe, now)
+            control.set_estimate(bitrate, now)
+            control.set_ceiling(control.estimate if probe.saturated else None, now + CEILING_S)
             if control.estimate > before:
                 self._trial = (now + PROBE_TRIAL_S, before)
             return DelayResult(True, probe=True)

@@ -6,24 +6,30 @@ long; how fast its packets arrived measures the capacity at once. The controller
 start (3× and 6× the start bitrate), further (2× the result) while each result reaches 70 % of
 what was probed, when the session's max rises, periodically in the application-limited region
 (libwebrtc's ALR probing), and after a large drop of the estimate (libwebrtc's `RequestProbe`
-when the delay detector recovers, and, ours, a probe at 2× the estimate every few seconds
-while the estimate stays far under what it was: a capacity that came back is found within
-seconds, not after minutes of additive increase).
+when the delay detector recovers in that region, and, ours, a probe at 2× the estimate every
+few seconds while the estimate stays far under what it was: a capacity that came back is
+found within seconds, not after minutes of additive increase).
 
 The estimator (libwebrtc's ProbeBitrateEstimator) turns a cluster's feedback into a rate once
-80 % of its packets and bytes are acknowledged: min(send rate, receive rate). A receive rate
-under 90 % of the send rate means the probe filled the bottleneck: the result is 95 % of the
-receive rate. A receive rate over twice the send rate means a queue bunched the packets
+80 % of its packets (of those the pacer sent, not only of the planned five) and bytes are
+acknowledged: min(send rate, receive rate). A receive rate under 90 % of the send rate means
+the probe filled the bottleneck: the result is 95 % of the receive rate. A shaper's token
+bucket lets its burst's worth through at line speed before the queue forms, so a short probe
+over-reads a narrow link (a 2 Mbit/s link with a 3 kB bucket read 3.7 Mbit/s on 5 of a
+cluster's 11 packets, 2.6 on all 11): a filled bottleneck's receive rate is also measured
+over the later half of the arrivals, when it spaces them at its own rate, and the lower of
+the two counts (not to tell whether it filled: on a wide link the later half's few arrivals
+read ±20 %). A receive rate over twice the send rate means a queue bunched the packets
 together (they waited behind others and left back to back): the spacing measured the queue,
-not the link, and the cluster is rejected; so is one spread over more than a second, and
-the tail of a cluster older than one that already gave a result.
+not the link, and the cluster is rejected; so is one spread over more than a second, and the
+tail of a cluster older than one that already gave a result.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
@@ -39,6 +45,7 @@ MIN_RATIO_UNSATURATED: Final = 0.9  # kMinRatioForUnsaturatedLink
 TARGET_UTILIZATION: Final = 0.95  # kTargetUtilizationFraction
 MAX_CLUSTER_HISTORY_S: Final = 1.0  # kMaxClusterHistoryMs
 MAX_PROBE_INTERVAL_S: Final = 1.0  # kMaxProbeIntervalMs
+MIN_LATER_PACKETS: Final = 2  # the later half's rate counts from this many intervals
 # the controller
 MAX_WAITING_S: Final = 1.0  # kMaxWaitingTimeForProbingResultMs
 FIRST_EXPONENTIAL_SCALE: Final = 3.0  # p1
@@ -52,6 +59,7 @@ PROBE_UNCERTAINTY: Final = 0.05  # kProbeUncertainty
 MIN_TIME_BETWEEN_DROP_PROBES_S: Final = 5.0  # kMinTimeBetweenAlrProbesMs
 ALR_PROBING_INTERVAL_S: Final = 5.0  # alr_interval
 ALR_PROBE_SCALE: Final = 2.0  # alr_scale
+ALR_ENDED_TIMEOUT_S: Final = 3.0  # kAlrEndedTimeoutMs
 RECOVERY_INTERVAL_S: Final = 2.5  # ours: the first recovery probe, this long after the drop
 RECOVERY_INTERVAL_STEP_S: Final = 0.5  # ... each unsuccessful one waits this much longer
 RECOVERY_MAX_INTERVAL_S: Final = 5.0  # ... up to this
@@ -70,16 +78,39 @@ class _Aggregate:
     size_first_receive: int = 0
     size_total: int = 0
     packets: int = 0
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # (arrival, bits)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    bitrate: float
+    saturated: bool  # the probe filled the bottleneck: the bitrate is the link's, less 5 %
+
+
+def _later_half_rate(arrivals: list[tuple[float, int]]) -> float | None:
+    """The rate the later half of the arrivals came at (bits/s); None for too few."""
+    ordered = sorted(arrivals)
+    middle = (len(ordered) - 1) // 2  # 5 of 11 packets; 2 of 6 (a 3 kB bucket passes 2.5)
+    later = ordered[middle + 1 :]
+    span = ordered[-1][0] - ordered[middle][0]
+    if len(later) < MIN_LATER_PACKETS or span <= 0:
+        return None
+    return sum(bits for _, bits in later) / span
 
 
 class ProbeBitrateEstimator:
     def __init__(self) -> None:
         self._clusters: dict[int, _Aggregate] = {}
-        self._result: float | None = None
+        self._sent: dict[int, int] = {}  # packets the pacer sent, per cluster
+        self._result: ProbeResult | None = None
         self._newest = 0  # the newest cluster that gave a result
-        self.last_result: float | None = None
 
-    def handle(self, result: PacketResult, cluster: ProbeCluster) -> float | None:
+    def on_sent(self, cluster_id: int) -> None:
+        self._sent[cluster_id] = self._sent.get(cluster_id, 0) + 1
+        if len(self._sent) > KEPT_CLUSTERS:
+            del self._sent[next(iter(self._sent))]
+
+    def handle(self, result: PacketResult, cluster: ProbeCluster) -> ProbeResult | None:
         """Add a received probe packet; the cluster's rate once enough of it is in."""
         arrival = result.arrival
         send_time = result.sent.send_time
@@ -104,10 +135,11 @@ class ProbeBitrateEstimator:
             aggregate.last_receive = arrival
         aggregate.size_total += bits
         aggregate.packets += 1
+        aggregate.arrivals.append((arrival, bits))
 
-        min_packets = cluster.min_packets * MIN_RECEIVED_FRACTION
+        sent = max(cluster.min_packets, self._sent.get(cluster.id, 0))
         min_bits = cluster.min_bytes * 8 * MIN_RECEIVED_FRACTION
-        if aggregate.packets < min_packets or aggregate.size_total < min_bits:
+        if aggregate.packets < sent * MIN_RECEIVED_FRACTION or aggregate.size_total < min_bits:
             return None
         send_interval = aggregate.last_send - aggregate.first_send
         receive_interval = aggregate.last_receive - aggregate.first_receive
@@ -121,15 +153,18 @@ class ProbeBitrateEstimator:
         if send_rate <= 0 or receive_rate / send_rate > MAX_VALID_RATIO:
             return None
         rate = min(send_rate, receive_rate)
-        if receive_rate < MIN_RATIO_UNSATURATED * send_rate:
-            rate = TARGET_UTILIZATION * receive_rate  # the probe found the capacity
+        saturated = receive_rate < MIN_RATIO_UNSATURATED * send_rate
+        if saturated:
+            # the probe found the capacity: a little under it, past a shaper's burst
+            later = _later_half_rate(aggregate.arrivals)
+            rate = TARGET_UTILIZATION * min(receive_rate, later or receive_rate)
         if cluster.id < self._newest:
             return None  # the late tail of an older cluster must not undo a newer result
         self._newest = cluster.id
-        self._result = self.last_result = rate
-        return rate
+        self._result = ProbeResult(rate, saturated)
+        return self._result
 
-    def fetch(self) -> float | None:
+    def fetch(self) -> ProbeResult | None:
         """The latest result not fetched yet."""
         result, self._result = self._result, None
         return result
@@ -214,10 +249,16 @@ class ProbeController:
             recent.pop()
         recent.append((now, bitrate))
 
-    def request_probe(self, now: float) -> None:
+    def request_probe(self, now: float, alr_start: float | None, alr_end: float | None) -> None:
         """The delay detector recovered from overuse: if that followed a large drop in the
-        last 5 s, probe near the rate before the drop (libwebrtc's RequestProbe)."""
+        last 5 s, probe near the rate before the drop (libwebrtc's RequestProbe). Only in the
+        application-limited region or just after it, as libwebrtc: a stream that fills its
+        estimate would burst at up to 6× the link the drop left (13.6 Mbit/s on 2 filled
+        100 ms of queue), and the recovery probes look for a capacity that came back."""
         if self._state is not _State.COMPLETE or self._drop_time is None:
+            return
+        alr_recent = alr_end is not None and now - alr_end < ALR_ENDED_TIMEOUT_S
+        if alr_start is None and not alr_recent:
             return
         suggested = PROBE_FRACTION_AFTER_DROP * self._before_drop
         last = self._last_drop_probe

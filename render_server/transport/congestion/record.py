@@ -82,6 +82,10 @@ class ControllerRecorder:
         return self.controller.target_bitrate
 
     @property
+    def estimate(self) -> int:
+        return self.controller.estimate
+
+    @property
     def pacing_bitrate(self) -> int:
         return self.controller.pacing_bitrate
 
