@@ -13,9 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_pytest(tmp_path: Path, body: str) -> tuple[int, str, float]:
+def run_pytest(tmp_path: Path, body: str, **env_extra: str) -> tuple[int, str, float]:
     (tmp_path / "test_stuck.py").write_text(textwrap.dedent(body))
-    env = {**os.environ, "HANG_WATCH_MARGIN_S": "3"}
+    env = {**os.environ, "HANG_WATCH_MARGIN_S": "3", **env_extra}
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.hang_watch", "-p", "no:cacheprovider",
@@ -59,4 +59,31 @@ def test_a_thread_holding_the_exit_ends_the_run(tmp_path: Path) -> None:
     assert code == 1, output
     assert "1 passed" in output
     assert "hang-watch: the interpreter's exit after the tests is stuck" in output
+    assert took < 30
+
+
+def test_a_test_stuck_in_an_await_shows_its_tasks_before_the_timeout(tmp_path: Path) -> None:
+    """pytest-timeout's stacks show the loop idling; the task that waits, and where, is named."""
+    code, output, took = run_pytest(
+        tmp_path,
+        """
+        import asyncio
+        import pytest
+
+        async def waits_forever(event):
+            await event.wait()
+
+        async def main():
+            await asyncio.get_running_loop().create_task(waits_forever(asyncio.Event()))
+
+        @pytest.mark.timeout(4)
+        def test_stuck():
+            asyncio.run(main())
+        """,
+        HANG_WATCH_TASKS_BEFORE_S="2",
+    )
+    assert code == 1, output
+    assert "Timeout" in output  # pytest-timeout's failure, with what the watchdog wrote
+    tasks = output.split("is near its timeout; its event loops' tasks:", 1)[1]
+    assert "waits_forever" in tasks and "await event.wait()" in tasks
     assert took < 30

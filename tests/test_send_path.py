@@ -108,14 +108,21 @@ async def test_a_burst_leaves_paced_numbered_in_order_and_rtcp_jumps_the_queue()
         await path.stop()
 
 
-async def test_transport_feedback_reaches_the_controller_and_aiortc_gets_the_rest() -> None:
-    loop = asyncio.get_running_loop()
-    transport = FakeTransport(loop)
+def paced_path(
+    controller_max: int, stream_max: int
+) -> tuple[FakeTransport, FakeSender, CongestionController, SendPath]:
+    """A send path installed on a fake sender, its controller starting at 1 Mbit/s."""
+    transport = FakeTransport(asyncio.get_running_loop())
     sender = FakeSender(transport)
     controller = CongestionController(start_bitrate=1_000_000, min_bitrate=100_000,
-                                      max_bitrate=8_000_000)  # fmt: skip
+                                      max_bitrate=controller_max)  # fmt: skip
     path = SendPath(sender, controller, on_target=lambda _: None)
-    path.install(8_000_000)
+    path.install(stream_max)
+    return transport, sender, controller, path
+
+
+async def test_transport_feedback_reaches_the_controller_and_aiortc_gets_the_rest() -> None:
+    transport, sender, controller, path = paced_path(8_000_000, 8_000_000)
     try:
         for i in range(20):
             await transport._send_rtp(sender.packet(i, 200))
@@ -137,12 +144,7 @@ async def test_a_probe_waits_until_what_was_sent_crossed_the_link_at_the_estimat
     """At a 1 Mbit/s estimate, 20 small packets and a 12-packet frame take ~160 ms to cross the
     link: the start-up probes' padding (RTX copies) follows them instead of joining them."""
     loop = asyncio.get_running_loop()
-    transport = FakeTransport(loop)
-    sender = FakeSender(transport)
-    controller = CongestionController(start_bitrate=1_000_000, min_bitrate=100_000,
-                                      max_bitrate=20_000_000)  # fmt: skip
-    path = SendPath(sender, controller, on_target=lambda _: None)
-    path.install(5_000_000)
+    transport, sender, _, path = paced_path(20_000_000, 5_000_000)
     try:
         started = loop.time()
         for i in range(20):
