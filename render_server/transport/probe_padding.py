@@ -88,6 +88,19 @@ class Prober:
             self.run = ProbeRun(cluster)
             self.started += 1
 
+    def sent(self, batch: Sequence[bytes | bytearray]) -> None:
+        """Packets the pacer let out during the probe count toward it, as libwebrtc's pacer
+        probes with media first and pads only the rest: padding beside a frame doubled the
+        burst (a 7 kB probe at 3.75 Mbit/s went out as 13.5 kB, 40 ms more on a 2 Mbit/s
+        link)."""
+        run = self.run
+        if run is None:
+            return
+        for data in batch:
+            run.count(len(data) + self.overhead)
+        if run.done():
+            self.run = None
+
     def padding(self, now: float, last_media: int | None, fec: FecPath | None) -> list[bytearray]:
         """The padding due at `now`, at the cluster's rate; the probe ends once it is all out
         (or when there is nothing to copy yet: no probe)."""

@@ -319,6 +319,7 @@ class SendPath:
             for packet in ready:
                 self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
                 batch.append(self._number(packet.data, now, cluster))
+            self.prober.sent(batch)
             await self._transmit(batch)
 
     def _number(self, data: bytearray, now: float, cluster: int | None) -> bytearray:

@@ -1,0 +1,35 @@
+"""A probe cluster under way (`Prober`): media the pacer lets out counts toward it, so padding
+only fills what the media left of the cluster's rate and size; and a probe waits until what
+was sent has crossed the bottleneck at the estimate (`LinkBacklog`)."""
+
+from __future__ import annotations
+
+from render_server.transport.congestion import ProbeCluster
+from render_server.transport.probe_padding import LinkBacklog, Prober
+
+OVERHEAD = 38
+
+
+def test_media_sent_during_a_probe_counts_toward_it() -> None:
+    prober = Prober(sender=None, overhead=OVERHEAD)
+    prober.start(ProbeCluster(1, 4_000_000, 5, 7500))
+    run = prober.run
+    assert run is not None and run.due(10.0)  # nothing sent yet: padding is due
+    prober.sent([bytes(1200)] * 4)  # a frame's packets leave at once
+    assert not run.due(10.0)  # 4.9 kB ahead of the rate: no padding on top of them
+    assert run.due(10.015)  # 15 ms on, the rate allows more
+    prober.sent([bytes(1200)] * 2)
+    assert prober.run is run  # 6 packets, 7.4 kB: not yet the cluster's 7.5 kB
+    prober.sent([bytes(200)])
+    assert prober.run is None  # done with media alone
+    assert prober.started == 1
+
+
+def test_the_backlog_clears_once_what_was_sent_crossed_the_link() -> None:
+    backlog = LinkBacklog()
+    assert backlog.clear(0.0)
+    backlog.add([bytes(1212)] * 10, OVERHEAD, 1.0, 1_000_000)  # 100 kbit at 1 Mbit/s
+    assert not backlog.clear(1.099)
+    assert backlog.clear(1.1)
+    backlog.add([bytes(1212)], OVERHEAD, 1.05, 1_000_000)  # queued behind the rest
+    assert not backlog.clear(1.109) and backlog.clear(1.11)
