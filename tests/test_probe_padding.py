@@ -4,15 +4,17 @@ was sent has crossed the bottleneck at the estimate (`LinkBacklog`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from render_server.transport.congestion import ProbeCluster
-from render_server.transport.probe_padding import LinkBacklog, Prober
+from render_server.transport.probe_padding import BACKLOG_WAIT_S, LinkBacklog, Prober
 
 OVERHEAD = 38
 
 
 def test_media_sent_during_a_probe_counts_toward_it() -> None:
     prober = Prober(sender=None, overhead=OVERHEAD)
-    prober.start(ProbeCluster(1, 4_000_000, 5, 7500))
+    prober.begin(10.0, lambda _: ProbeCluster(1, 4_000_000, 5, 7500))
     run = prober.run
     assert run is not None and run.due(10.0)  # nothing sent yet: padding is due
     prober.sent([bytes(1200)] * 4)  # a frame's packets leave at once
@@ -33,3 +35,19 @@ def test_the_backlog_clears_once_what_was_sent_crossed_the_link() -> None:
     assert backlog.clear(1.1)
     backlog.add([bytes(1212)], OVERHEAD, 1.05, 1_000_000)  # queued behind the rest
     assert not backlog.clear(1.109) and backlog.clear(1.11)
+
+
+def test_a_probe_waits_for_the_backlog_but_not_forever() -> None:
+    """A stream that fills its estimate always has a backlog: the probe goes after
+    BACKLOG_WAIT_S anyway, instead of being dropped by the controller a second later."""
+    clusters = iter([ProbeCluster(1, 4_000_000, 5, 7500)])
+    prober = Prober(sender=None, overhead=OVERHEAD)
+    prober.backlog.add([bytes(1212)] * 10, OVERHEAD, 1.0, 1_000_000)  # clear at 1.1
+    prober.begin(1.0, lambda _: next(clusters, None))
+    assert prober.run is None and prober.wait(1.0) == pytest.approx(BACKLOG_WAIT_S)
+    prober.begin(1.05, lambda _: next(clusters, None))
+    assert prober.run is None  # still waiting, the cluster kept (not asked for again)
+    prober.backlog.add([bytes(1212)] * 100, OVERHEAD, 1.05, 1_000_000)  # it keeps filling
+    prober.begin(1.0 + BACKLOG_WAIT_S, lambda _: next(clusters, None))
+    assert prober.run is not None and prober.run.cluster.id == 1
+    assert prober.wait(1.1) == pytest.approx(0.001)

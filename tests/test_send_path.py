@@ -141,7 +141,7 @@ async def test_transport_feedback_reaches_the_controller_and_aiortc_gets_the_res
 
 
 async def test_a_probe_waits_until_what_was_sent_crossed_the_link_at_the_estimate() -> None:
-    """At a 1 Mbit/s estimate, 20 small packets and a 12-packet frame take ~160 ms to cross the
+    """At a 1 Mbit/s estimate, 20 small packets and a 4-packet frame take ~80 ms to cross the
     link: the start-up probes' padding (RTX copies) follows them instead of joining them."""
     loop = asyncio.get_running_loop()
     transport, sender, _, path = paced_path(20_000_000, 5_000_000)
@@ -149,9 +149,9 @@ async def test_a_probe_waits_until_what_was_sent_crossed_the_link_at_the_estimat
         started = loop.time()
         for i in range(20):
             await transport._send_rtp(sender.packet(i, 200))
-        for i in range(20, 32):
+        for i in range(20, 24):
             await transport._send_rtp(sender.packet(i))
-        while len(transport.sent) < 32:
+        while len(transport.sent) < 24:
             await asyncio.sleep(0.002)
         feedback = TransportFeedback.build(
             0, sender._ssrc, 0, [(n, 1_000_000 + 1000 * n) for n in range(20)]

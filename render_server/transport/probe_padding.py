@@ -10,7 +10,7 @@ do), `_rtx_ssrc` and `__rtp_header_extensions_map`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -22,6 +22,7 @@ from render_server.transport.fec_path import FecPath
 
 RECENT: Final = 8  # the packets a probe's padding cycles through
 PROBE_PACKET: Final = 1100  # bytes a probe may run ahead of its rate: one packet
+BACKLOG_WAIT_S: Final = 0.1  # the longest a probe waits for the link to clear: 3 frames at 30
 
 
 @dataclass
@@ -67,6 +68,9 @@ class LinkBacklog:
     def clear(self, now: float) -> bool:
         return now >= self._clear_at
 
+    def clear_in(self, now: float) -> float:
+        return max(0.0, self._clear_at - now)
+
 
 class Prober:
     """A send path's probe clusters: the one under way, and the padding it is due."""
@@ -75,7 +79,8 @@ class Prober:
         self.sender = sender
         self.overhead = overhead  # the wire's bytes beyond the packet's, as the controller counts
         self.run: ProbeRun | None = None
-        self.backlog = LinkBacklog()  # a probe starts once our packets crossed the link
+        self.backlog = LinkBacklog()  # a probe starts once our packets crossed the link...
+        self._waiting: tuple[ProbeCluster, float] | None = None  # ...or it waited this long
         self.started = 0
         self._source = 0  # which recent packet the next padding copies
 
@@ -83,10 +88,32 @@ class Prober:
     def cluster_id(self) -> int | None:
         return self.run.cluster.id if self.run is not None else None
 
-    def start(self, cluster: ProbeCluster | None) -> None:
-        if cluster is not None:
+    def begin(self, now: float, next_probe: Callable[[float], ProbeCluster | None]) -> None:
+        """Take the controller's next cluster, and start it once the backlog has crossed
+        the link, or after `BACKLOG_WAIT_S` at most: a stream that fills its estimate keeps
+        a backlog always (after a step up to 20 Mbit/s, an estimate of 1.85 held back every
+        recovery probe for 14 s)."""
+        if self.run is not None:
+            return
+        if self._waiting is None:
+            cluster = next_probe(now)
+            if cluster is None:
+                return
+            self._waiting = (cluster, now + BACKLOG_WAIT_S)
+        cluster, until = self._waiting
+        if self.backlog.clear(now) or now >= until:
+            self._waiting = None
             self.run = ProbeRun(cluster)
             self.started += 1
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until the pacer should look again: soon while a probe runs, when the
+        backlog clears (or the wait ends) while one waits; None otherwise."""
+        if self.run is not None:
+            return 0.001
+        if self._waiting is not None:
+            return min(self.backlog.clear_in(now), max(0.0, self._waiting[1] - now))
+        return None
 
     def sent(self, batch: Sequence[bytes | bytearray]) -> None:
         """Packets the pacer let out during the probe count toward it, as libwebrtc's pacer

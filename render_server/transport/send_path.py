@@ -289,8 +289,8 @@ class SendPath:
                 next_process = next_on_grid(now, REMB_INTERVAL_S if idle else PROCESS_INTERVAL_S)
             await self._send_ready(now)
             prober = self.prober
-            if prober.run is None and self.mode == "transport-cc" and prober.backlog.clear(now):
-                prober.start(self.controller.next_probe(now))
+            if self.mode == "transport-cc":
+                prober.begin(now, self.controller.next_probe)
             if prober.run is not None:
                 cluster = prober.run.cluster.id
                 padding = prober.padding(now, self._last_media, self.fec)
@@ -298,8 +298,9 @@ class SendPath:
                 await self._transmit([self._number(data, now, cluster) for data in padding])
             wait = self.queue.wait(now)
             until = max(0.0, next_process - self._clock())
-            if prober.run is not None:
-                wait = 0.001 if wait is None else min(wait, 0.001)
+            probe_wait = prober.wait(now)
+            if probe_wait is not None:
+                wait = probe_wait if wait is None else min(wait, probe_wait)
             if wait is None:
                 self._wake.clear()
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
