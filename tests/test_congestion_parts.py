@@ -20,6 +20,7 @@ from render_server.transport.congestion.history import MAX_PACKETS, SendHistory
 from render_server.transport.congestion.inter_arrival import Deltas, InterArrival
 from render_server.transport.congestion.loss import LossBasedBwe
 from render_server.transport.congestion.probing import (
+    FURTHER_WAIT_S,
     ProbeBitrateEstimator,
     ProbeController,
     ProbeResult,
@@ -450,6 +451,30 @@ def test_the_probe_at_the_rate_before_a_drop_is_only_for_an_application_limited_
     probes.set_estimate(2e6, 3.0)
     probes.request_probe(3.5, None, 2.0)
     assert drain(probes, 3.5) == [13_600_000]
+
+
+def test_while_recovering_a_further_probe_waits_for_the_raise_to_hold() -> None:
+    """After a large drop, a recovery probe read wide (a shaper's burst, or a link that came
+    back) probes further only FURTHER_WAIT_S later, and not if the raise was undone."""
+    for undone in (False, True):
+        probes = ProbeController(16e6, 16e6)
+        drain(probes, 0.0)
+        probes.set_estimate(16e6, 0.1)
+        probes.set_estimate(2e6, 1.0)  # a large drop
+        t, sent = 1.0, []
+        while not sent:  # the first recovery probe, at 4 Mbit/s
+            t += 0.05
+            probes.set_estimate(2e6, t)
+            probes.process(t, None, True)
+            sent = drain(probes, t)
+        assert sent == [4_000_000]
+        probes.set_estimate(3.5e6, t + 0.1)  # its result: over 70 % of 4 Mbit/s
+        assert drain(probes, t + 0.1) == []  # no further probe yet
+        if undone:
+            probes.set_estimate(2e6, t + 0.2)  # the delay-based estimate's trial undid it
+        probes.process(t + 0.1 + FURTHER_WAIT_S, None, True)
+        expected = [] if undone else [7_000_000]
+        assert drain(probes, t + 0.1 + FURTHER_WAIT_S) == expected
 
 
 def test_raising_the_max_probes_at_the_new_max() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from render_server.transport.congestion import CongestionController, delay_based
+from render_server.transport.congestion import CongestionController, delay_based, probing
 from render_server.transport.congestion import queue_delay as queue_module
 from render_server.transport.congestion.queue_delay import (
     ALLOWANCE_S,
@@ -137,8 +137,10 @@ def low_phase(monkeypatch: pytest.MonkeyPatch, read_queue: bool) -> tuple[float,
     link): the longest queue wait, the share of the time a queue over 20 ms stood, and the
     highest target."""
     with monkeypatch.context() as patch:
-        # the queue's reading alone: no saturated probe's ceiling (which caps this climb too)
+        # the queue's reading alone: no saturated probe's ceiling (which caps this climb too),
+        # and further probes at once, as libwebrtc's
         patch.setattr(delay_based, "CEILING_S", 0.0)
+        patch.setattr(probing, "FURTHER_WAIT_S", 0.0)
         if not read_queue:
             patch.setattr(delay_based, "QUEUE_HOLD_S", float("inf"))
             patch.setattr(delay_based, "QUEUE_OVERUSE_S", float("inf"))
