@@ -331,3 +331,17 @@ async def test_state_health_notes_outages_and_how_long_the_state_has_been_stable
     assert not await health.check(hangs(), 0.01)
     assert not health.up and "TimeoutError" in health.last_error
     assert await health.check(answers(), 1.0) and health.up
+
+
+async def test_a_cancellation_as_the_state_answers_is_not_swallowed() -> None:
+    """3.11's `wait_for` returned the answer when a cancellation landed as the call completed:
+    the sweep went on, and the replica's shutdown waited on it for ever (a test's teardown
+    hung 180 s in CI, the stuck task named by hang_watch)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[int] = loop.create_future()
+    call = loop.create_task(StateHealth().call(answer, 10.0))
+    await asyncio.sleep(0)  # the call waits on the answer
+    answer.set_result(1)
+    call.cancel()  # in the same turn of the loop
+    with pytest.raises(asyncio.CancelledError):
+        await call

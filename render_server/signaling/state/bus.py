@@ -250,7 +250,8 @@ class RedisBus:
             except (RedisError, OSError):
                 pass  # the reader reconnects, subscribes to every channel and answers the waiter
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.confirm_timeout_s)
+            async with asyncio.timeout(self.confirm_timeout_s):  # not wait_for (StateHealth.call)
+                await asyncio.shield(waiter)
         except TimeoutError:
             raise ConnectionError(
                 f"Redis at {redact(self.url)} did not confirm SUBSCRIBE {name} "

@@ -105,9 +105,13 @@ class StateHealth:
     async def call(self, aw: Awaitable[T], timeout_s: float) -> T:
         """Await `aw` for at most `timeout_s` and note the outcome: its result, or what it raised
         (TimeoutError when it took too long). An outage's errors (`faults.OUTAGE_ERRORS`) are
-        noted as failures; any other exception is a bug, not an outage, and passes unnoted."""
+        noted as failures; any other exception is a bug, not an outage, and passes unnoted.
+        `asyncio.timeout`, not 3.11's `wait_for`, which returns the result when a cancellation
+        lands as `aw` completes: the sweep then went on, and the replica's shutdown waited on
+        it forever (a CI test's teardown hung 180 s so)."""
         try:
-            result = await asyncio.wait_for(aw, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                result = await aw
         except OUTAGE_ERRORS as exc:
             self.failed(exc)
             raise
