@@ -172,7 +172,7 @@ class SendPath:
             # no feedback, nothing to pace against: aiortc's own way, at once
             for data in packets:
                 self.packets[self._kind(data, self._retransmitting)] += 1
-            await self._transmit(packets)
+            await self._transmit(packets, now)
             return
         for data in packets:
             self._enqueue(data, now)
@@ -295,7 +295,7 @@ class SendPath:
                 cluster = prober.run.cluster.id
                 padding = prober.padding(now, self._last_media, self.fec)
                 self.packets["padding"] += len(padding)
-                await self._transmit([self._number(data, now, cluster) for data in padding])
+                await self._transmit([self._number(data, now, cluster) for data in padding], now)
             wait = self.queue.wait(now)
             until = max(0.0, next_process - self._clock())
             probe_wait = prober.wait(now)
@@ -321,7 +321,7 @@ class SendPath:
                 self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
                 batch.append(self._number(packet.data, now, cluster))
             self.prober.sent(batch)
-            await self._transmit(batch)
+            await self._transmit(batch, now)
 
     def _number(self, data: bytearray, now: float, cluster: int | None) -> bytearray:
         """`data` with its transport-wide number written, told to the controller as sent."""
@@ -346,9 +346,10 @@ class SendPath:
         rtx = int.from_bytes(data[8:12], "big") == self.sender._rtx_ssrc
         return "rtx" if rtx else "retransmission"
 
-    async def _transmit(self, batch: Sequence[bytes | bytearray]) -> None:
+    async def _transmit(self, batch: Sequence[bytes | bytearray], now: float) -> None:
         assert self.output is not None
-        self.prober.backlog.add(batch, PACKET_OVERHEAD, self._clock(), self.controller.estimate)
+        if self.mode != "remb":  # on REMB alone no probe ever waits on the backlog
+            self.prober.backlog.add(batch, PACKET_OVERHEAD, now, self.controller.estimate)
         await self.output.rtp(batch)
 
     # -- feedback ---------------------------------------------------------------------------
