@@ -57,7 +57,10 @@ def test_a_frozen_browsers_session_makes_no_frames_and_resumes_when_it_wakes(
             lambda: metric(url, "worker_session_pauses_total") == 1, PEER_QUIET_S + 4, "paused"
         )
         print(f"paused {took:.1f} s after the browser froze")
+        at_pause = metric(url, FRAMES)
+        time.sleep(0.5)  # a frame being made as the pause came is finished and counted
         paused = metric(url, FRAMES)
+        assert paused - at_pause <= 1
         time.sleep(2)
         assert metric(url, FRAMES) == paused  # nothing rendered or encoded for nobody
         assert time.monotonic() - frozen_at < PEER_SILENT_S - 1  # not yet let go
