@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,6 +18,7 @@ from render_server.protocol.data_channel import QualityRequest, SceneCommand
 from render_server.render.scene import Scene
 from render_server.stream.session import StreamSession
 from render_server.worker.agent import WorkerAgent
+from render_server.worker.drain import Drain
 
 from .fake_signaling import FakeSignaling, sid, until
 from .test_worker_failover import running, tiny_worker
@@ -256,3 +257,36 @@ async def test_a_second_signal_leaves_at_once(fake: FakeSignaling, tmp_path: Pat
         await fake.wait_for("worker.leaving", reason="interrupted", timeout=10)
         code = await asyncio.wait_for(proc.wait(), 20)
     assert_clean_exit(code, stderr)
+
+
+class _SessionThatStays:
+    """What a drain reads of the worker's sessions: one that is never handed over."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.sessions = {sid(1): None}
+        self.idle = False
+        self.changed = asyncio.Event()
+
+    async def send(self, message: object) -> None:
+        pass
+
+    async def handoffs(self) -> None:
+        pass
+
+
+async def test_a_drain_cancelled_as_a_change_arrives_ends() -> None:
+    """3.11's `wait_for` returned when a cancellation landed as the awaited change came: the
+    drain's loop went on waiting, and the worker's shutdown with it."""
+    service = _SessionThatStays()
+    drain = Drain(cast(Any, service), timeout_s=60.0)
+    assert drain.start("maintenance")
+    await asyncio.sleep(0.05)  # announced; the loop waits for a change
+    task = drain._task
+    assert task is not None and not task.done()
+    service.changed.set()
+    task.cancel()  # in the same turn of the loop
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(2.0):
+            await task
+    assert drain.finished.is_set()

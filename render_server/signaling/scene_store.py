@@ -93,7 +93,8 @@ async def off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 async def _bounded(timeout: float, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     try:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), timeout)
+        async with asyncio.timeout(timeout):
+            return await asyncio.to_thread(fn, *args, **kwargs)
     except TimeoutError:
         raise StoreError(
             503, "unavailable", "the scene folder did not answer in time: try again shortly"

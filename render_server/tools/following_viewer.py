@@ -128,7 +128,8 @@ class FollowingViewer:
         peer.results[request_id] = future
         message = {"type": "command", "id": request_id, "name": name, "args": args or {}}
         peer.channel.send(json.dumps(message))
-        return await asyncio.wait_for(future, 10)
+        async with asyncio.timeout(10):
+            return await future
 
     # -- what the frames say ------------------------------------------------------------------
 
@@ -256,4 +257,5 @@ class FollowingViewer:
 
 async def _bounded(step: Awaitable[Any]) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(step, CLOSE_STEP_S)
+        async with asyncio.timeout(CLOSE_STEP_S):
+            await step

@@ -127,7 +127,8 @@ class SignalingClient:
         self._ws = await self._http.ws_connect(self.url, headers=headers)
         self._reader = asyncio.create_task(self._read())
         await self.send(first)
-        self.info = await asyncio.wait_for(asyncio.shield(self._started), timeout)
+        async with asyncio.timeout(timeout):
+            self.info = await asyncio.shield(self._started)
         return self.info
 
     def peer_connection(self) -> RTCPeerConnection:
@@ -182,7 +183,8 @@ class SignalingClient:
                 "allocation; wrong credentials, or none reachable)"
             )
         await self.send({"type": "offer", "sdp": edit_offer(sdp) if edit_offer else sdp})
-        answer = await asyncio.wait_for(asyncio.shield(self._answer), timeout)
+        async with asyncio.timeout(timeout):
+            answer = await asyncio.shield(self._answer)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -200,7 +202,8 @@ class SignalingClient:
         if timeout is None or self.ended is None:
             return None
         with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(asyncio.shield(self.ended), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self.ended)
         return None
 
     async def hang_up(self, pc: RTCPeerConnection | None) -> None:

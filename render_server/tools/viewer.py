@@ -60,7 +60,8 @@ class Viewer:
         return self.session_info
 
     async def next_frame(self, timeout: float = 10.0) -> av.VideoFrame:
-        return await asyncio.wait_for(self.frames.get(), timeout)
+        async with asyncio.timeout(timeout):
+            return await self.frames.get()
 
     async def latest_frame(self, settle: float = 0.3, timeout: float = 10.0) -> av.VideoFrame:
         """The newest frame after `settle` seconds: what the picture looks like now."""
@@ -71,11 +72,13 @@ class Viewer:
         return frame
 
     async def send_input(self, event: dict[str, Any]) -> None:
-        await asyncio.wait_for(self._channel_open.wait(), 10.0)
+        async with asyncio.timeout(10.0):
+            await self._channel_open.wait()
         self.input.send(json.dumps(event))
 
     async def send_raw_input(self, data: str) -> None:
-        await asyncio.wait_for(self._channel_open.wait(), 10.0)
+        async with asyncio.timeout(10.0):
+            await self._channel_open.wait()
         self.input.send(data)
 
     async def wait_message(
@@ -96,7 +99,8 @@ class Viewer:
                 self._message_arrived.clear()
                 await self._message_arrived.wait()
 
-        return await asyncio.wait_for(find(), timeout)
+        async with asyncio.timeout(timeout):
+            return await find()
 
     async def request_keyframe(self) -> None:
         """Send a real RTCP PLI for the video stream, as a browser does after loss."""

@@ -156,13 +156,11 @@ class WorkerAgent:
         self._registered_here = self._refusal_logged = False
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            ws = await asyncio.wait_for(
-                http.ws_connect(
+            async with asyncio.timeout(self.connect_timeout_s):
+                ws = await http.ws_connect(
                     url, headers=headers, protocols=(SUBPROTOCOL,), heartbeat=20.0,
                     max_msg_size=RELAYED_MESSAGE_BYTES,
-                ),
-                self.connect_timeout_s,
-            )  # fmt: skip
+                )  # fmt: skip
         except (*NETWORK_ERRORS, ValueError) as exc:
             self.links.failed(url, _describe(exc))
             return False
@@ -285,7 +283,8 @@ class WorkerAgent:
         ws = self._ws
         if ws is not None:
             with contextlib.suppress(*NETWORK_ERRORS):
-                await asyncio.wait_for(ws.close(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await ws.close()
 
     def _spawn(self, job: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(job)

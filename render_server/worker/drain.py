@@ -105,8 +105,8 @@ class Drain:
                     resend_at = now + self.resend_s
                     continue
                 with contextlib.suppress(TimeoutError):
-                    wait = min(self._deadline, resend_at) - now
-                    await asyncio.wait_for(service.changed.wait(), wait)
+                    async with asyncio.timeout(min(self._deadline, resend_at) - now):
+                        await service.changed.wait()
         finally:
             if self.outcome is not None:
                 log.info(

@@ -248,7 +248,8 @@ class WorkerPool:
         if process is None:
             return None
         try:
-            return await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+            async with asyncio.timeout(STOP_GRACE_S):
+                return await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

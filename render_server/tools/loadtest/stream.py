@@ -165,7 +165,8 @@ class StreamProbe:
         await asyncio.sleep(max(0.0, (start_ms - now_ms()) / 1000.0))
         self.result.requested_s = self._rel_s(now_ms())
         try:
-            await asyncio.wait_for(self._open_by(end_ms), config.setup_timeout_s)
+            async with asyncio.timeout(config.setup_timeout_s):
+                await self._open_by(end_ms)
         except StreamFailed as exc:
             self._fail(str(exc))
         except TimeoutError:
@@ -185,7 +186,8 @@ class StreamProbe:
                 moves = drag(self._send, config.seed, self.result.index, config.fps)
                 helpers.append(asyncio.create_task(moves))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), max(0.0, (end_ms - now_ms()) / 1000.0))
+                async with asyncio.timeout(max(0.0, (end_ms - now_ms()) / 1000.0)):
+                    await self._stopped.wait()
             for helper in helpers:
                 helper.cancel()
         await self._close()

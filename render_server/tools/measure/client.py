@@ -83,8 +83,10 @@ class LatencyClient:
             await self.signaling.negotiate(self.pc, timeout)
         except SignalingError as exc:
             raise MeasureError(str(exc)) from None
-        await asyncio.wait_for(self._channel_open.wait(), timeout)
-        await asyncio.wait_for(self._first_frame.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._channel_open.wait()
+        async with asyncio.timeout(timeout):
+            await self._first_frame.wait()
 
     async def measure(self, seconds: float, settle: float = 0.5) -> dict[str, Any]:
         """Ping and drag for `seconds`, then wait `settle` seconds for the last records."""
