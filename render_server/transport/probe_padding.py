@@ -27,16 +27,27 @@ BACKLOG_WAIT_S: Final = 0.1  # the longest a probe waits for the link to clear: 
 
 @dataclass
 class ProbeRun:
-    """A probe cluster under way: what of it has gone (wire bytes), and since when."""
+    """A probe cluster under way: what of it has gone (wire bytes), since when, and when its
+    last packet went."""
 
     cluster: ProbeCluster
     started: float | None = None
     packets: int = 0
     sent: int = 0
+    last: float | None = None
 
     def done(self) -> bool:
-        cluster = self.cluster
-        return self.packets >= cluster.min_packets and self.sent >= cluster.min_bytes
+        """All of the cluster is out, and not sooner than its rate: media the pacer let out
+        at 2.5x the estimate filled a 3.7 Mbit/s cluster in 8 ms, and a browser that bunched
+        its first packets read it at over twice the rate it was sent, which a probe's
+        estimate discards (MAX_VALID_RATIO): the link that came back went unseen for 5 s."""
+        cluster, started, last = self.cluster, self.started, self.last
+        if self.packets < cluster.min_packets or self.sent < cluster.min_bytes:
+            return False
+        # padding at the rate may run a packet ahead (`due`), and its last packet may be the one
+        # that fills the cluster: two packets' time of slack
+        span = (cluster.min_bytes - 2 * PROBE_PACKET) * 8 / cluster.bitrate
+        return started is not None and last is not None and last - started >= span
 
     def due(self, now: float) -> bool:
         """Another padding packet is due at `now` (the cluster's rate from its first)."""
@@ -45,8 +56,10 @@ class ProbeRun:
         allowed = (now - self.started) * self.cluster.bitrate / 8 + PROBE_PACKET
         return self.sent < allowed and not self.done()
 
-    def count(self, size: int) -> None:
-        self.packets, self.sent = self.packets + 1, self.sent + size
+    def count(self, size: int, now: float) -> None:
+        if self.started is None:
+            self.started = now
+        self.packets, self.sent, self.last = self.packets + 1, self.sent + size, now
 
 
 class LinkBacklog:
@@ -115,7 +128,7 @@ class Prober:
             return min(self.backlog.clear_in(now), max(0.0, self._waiting[1] - now))
         return None
 
-    def sent(self, batch: Sequence[bytes | bytearray]) -> None:
+    def sent(self, batch: Sequence[bytes | bytearray], now: float) -> None:
         """Packets the pacer let out during the probe count toward it, as libwebrtc's pacer
         probes with media first and pads only the rest: padding beside a frame doubled the
         burst (a 7 kB probe at 3.75 Mbit/s went out as 13.5 kB, 40 ms more on a 2 Mbit/s
@@ -124,7 +137,7 @@ class Prober:
         if run is None:
             return
         for data in batch:
-            run.count(len(data) + self.overhead)
+            run.count(len(data) + self.overhead, now)
         if run.done():
             self.run = None
 
@@ -140,7 +153,7 @@ class Prober:
                 self.run = None
                 return batch
             batch.append(padding)
-            run.count(len(padding) + self.overhead)
+            run.count(len(padding) + self.overhead, now)
         if run.done():
             self.run = None
         return batch

@@ -320,7 +320,7 @@ class SendPath:
             for packet in ready:
                 self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
                 batch.append(self._number(packet.data, now, cluster))
-            self.prober.sent(batch)
+            self.prober.sent(batch, now)
             await self._transmit(batch, now)
 
     def _number(self, data: bytearray, now: float, cluster: int | None) -> bytearray:
