@@ -14,7 +14,7 @@ import pytest
 from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
 from aiortc.rtp import HeaderExtensions, HeaderExtensionsMap, RtpPacket
 
-from render_server.transport.frame_sender import FrameSender, serialize_frame
+from render_server.transport.frame_sender import ExtensionBlock, FrameSender, serialize_frame
 from render_server.transport.header_extensions import (
     PLAYOUT_DELAY_URI,
     TRANSPORT_CC_URI,
@@ -64,6 +64,42 @@ def test_the_same_bytes_as_aiortcs_serializer(with_ours: bool, first: int) -> No
     parsed = [RtpPacket.parse(p) for p in ours]
     assert [p.sequence_number for p in parsed] == [(first + i) & 0xFFFF for i in range(5)]
     assert [p.marker for p in parsed] == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("with_ours", [True, False])
+@pytest.mark.parametrize("negotiated", [(1, 3), (3,), (1,), ()])
+def test_the_frames_extension_block_is_what_the_map_builds(
+    with_ours: bool, negotiated: tuple[int, ...]
+) -> None:
+    """Built once and given each frame's abs-send-time, the block is the map's own."""
+    uris = {1: MID_URI, 3: ABS_SEND_TIME_URI, 5: TRANSPORT_CC_URI, 6: PLAYOUT_DELAY_URI}
+    chosen = SenderExtensionsMap((0, 50), transport_cc=True) if with_ours else HeaderExtensionsMap()
+    ids = (*negotiated, 5, 6) if with_ours else negotiated
+    chosen.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=i, uri=uris[i]) for i in ids
+    ]))  # fmt: skip
+    block = ExtensionBlock(chosen, "0")
+    for abs_send_time in (0, 1, 0x123456, 0xFFFFFF, 0xABCDEF):
+        extensions = HeaderExtensions(abs_send_time=abs_send_time, mid="0")
+        assert block.build(extensions) == chosen.set(extensions)
+
+
+def test_a_block_that_changes_otherwise_is_built_each_frame() -> None:
+    class Counting(HeaderExtensionsMap):
+        calls = 0
+
+        def set(self, values: HeaderExtensions) -> tuple[int, bytes]:
+            self.calls += 1
+            profile, data = super().set(values)
+            return profile, data + bytes([self.calls % 256]) * 4  # a value that moves
+
+    chosen = Counting()
+    chosen.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=3, uri=ABS_SEND_TIME_URI)
+    ]))  # fmt: skip
+    block = ExtensionBlock(chosen, None)
+    built = block.build(HeaderExtensions(abs_send_time=7))
+    assert chosen.calls == 3 and built[1].endswith(bytes([3]) * 4)
 
 
 def test_no_extensions_no_extension_bit() -> None:

@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from struct import Struct
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aiortc import rtcrtpsender
 from aiortc.mediastreams import MediaStreamError
@@ -74,6 +74,42 @@ def serialize_frame(
     ]  # fmt: skip
 
 
+class ExtensionBlock:
+    """The header-extension block of a frame's packets: the sender's map builds it once, and
+    each frame only writes its abs-send-time (aiortc's map packs the values, ours unpacks and
+    packs them again to add its own: three passes a frame for three changing bytes). Where
+    the block changes otherwise than in three bytes, the map builds each frame's."""
+
+    def __init__(self, extensions_map: Any, mid: str | None) -> None:
+        self._map = extensions_map
+        low = extensions_map.set(HeaderExtensions(abs_send_time=0, mid=mid))
+        high = extensions_map.set(HeaderExtensions(abs_send_time=0xFFFFFF, mid=mid))
+        self._template: tuple[int, bytes] | None = low
+        self._offset: int | None = None  # where abs-send-time's three bytes are
+        (profile, data), (high_profile, high_data) = low, high
+        changed = [i for i, (a, b) in enumerate(zip(data, high_data, strict=False)) if a != b]
+        if profile != high_profile or len(data) != len(high_data):
+            self._template = None
+        elif changed:
+            start = changed[0]
+            if changed == [start, start + 1, start + 2]:
+                self._offset = start
+            else:
+                self._template = None
+
+    def build(self, extensions: HeaderExtensions) -> tuple[int, bytes]:
+        """What `map.set(extensions)` returns, for extensions that differ from the template's
+        in abs-send-time alone."""
+        template, offset = self._template, self._offset
+        if template is None:
+            return cast(tuple[int, bytes], self._map.set(extensions))
+        if offset is None or extensions.abs_send_time is None:
+            return template
+        profile, data = template
+        value = extensions.abs_send_time.to_bytes(3, "big")
+        return profile, data[:offset] + value + data[offset + 3 :]
+
+
 class FrameSender:
     """Runs `sender`'s RTP loop frame by frame into `send_frame` (`install` before the sender
     starts, that is before the local description is set)."""
@@ -82,6 +118,7 @@ class FrameSender:
         self._sender = sender
         self._send_frame = send_frame
         self.frames = 0
+        self._block: ExtensionBlock | None = None  # the running loop's
 
     def install(self) -> None:
         self._sender._run_rtp = self._run
@@ -93,6 +130,10 @@ class FrameSender:
         sequence, origin = rtcrtpsender.random_sequence_number(), random32()
         payload_type = codec.payloadType
         assert payload_type is not None  # the negotiated codec's
+        # the map and the mid are the negotiation's, fixed while this loop runs
+        self._block = ExtensionBlock(
+            sender._RTCRtpSender__rtp_header_extensions_map, sender._RTCRtpSender__mid
+        )
         try:
             while True:
                 if not sender._RTCRtpSender__track:
@@ -126,7 +167,9 @@ class FrameSender:
         extensions = HeaderExtensions()  # one for the frame's packets, as aiortc would write
         extensions.abs_send_time = (ntp >> 14) & 0x00FFFFFF
         extensions.mid = sender._RTCRtpSender__mid
-        extension = sender._RTCRtpSender__rtp_header_extensions_map.set(extensions)
+        block = self._block
+        assert block is not None  # made as the loop starts
+        extension = block.build(extensions)
         ssrc, size = sender._ssrc, history_size()
         history = sender._RTCRtpSender__rtp_history
         history.add(SentFrame(sequence, payloads, payload_type, timestamp, ssrc, extensions, size))
@@ -135,5 +178,5 @@ class FrameSender:
         self.frames += 1
         sender._RTCRtpSender__ntp_timestamp = ntp  # the sender report's pair: the frame's
         sender._RTCRtpSender__rtp_timestamp = timestamp
-        sender._RTCRtpSender__octet_count += sum(len(p) for p in payloads)
+        sender._RTCRtpSender__octet_count += sum(map(len, payloads))
         sender._RTCRtpSender__packet_count += len(payloads)

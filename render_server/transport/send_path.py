@@ -170,8 +170,11 @@ class SendPath:
         self.sent.add(packets, PACKET_OVERHEAD, repeat=self._retransmitting)
         if self.mode == "remb" and self.fec is None and not len(self.queue):
             # no feedback, nothing to pace against: aiortc's own way, at once
-            for data in packets:
-                self.packets[self._kind(data, self._retransmitting)] += 1
+            if self._retransmitting:
+                for data in packets:
+                    self.packets[self._kind(data, True)] += 1
+            else:
+                self.packets["media"] += len(packets)
             await self._transmit(packets, now)
             return
         for data in packets:
