@@ -22,7 +22,8 @@ run, and each against a clean link (or the direct path).
    p50 of each (the issue's target: the relay within 5 ms of the direct path).
 
     python benchmarks/network.py [--seconds 10] [--runs 3] [--repeat 1] [--only links|step|relay]
-        [--paths paced,paced-single,paced-nofec,stock] [--encoder x264|replay] [--json]
+        [--paths paced,paced-single,paced-nofec,stock] [--encoder x264|replay]
+        [--record-congestion DIR] [--json]
 
 Root only (namespaces); needs coturn's `turnserver` for part 3.
 """
@@ -233,6 +234,9 @@ def main() -> int:
                         help="send paths: paced, paced-single, paced-nofec, stock")  # fmt: skip
     parser.add_argument("--encoder", choices=tuple(ENCODERS), default="x264",
                         help="the links' worker encoder (the step always uses x264)")  # fmt: skip
+    parser.add_argument("--record-congestion", type=Path, metavar="DIR",
+                        help="the paced step's congestion-controller inputs, a file per "
+                        "session, to replay (transport/congestion/record.py)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     unavailable = lab_available()
@@ -246,11 +250,12 @@ def main() -> int:
         else {}
     )
     steps = args.only in (None, "step")
-    stepped = (
-        {p: run_step(p, 6.0, 8.0, 12.0) for p in paths if p in ("paced", "stock")}
-        if steps
-        else None
-    )
+
+    def step(path: str) -> dict[str, Any]:
+        record = args.record_congestion if path == "paced" else None  # stock has no controller
+        return run_step(path, 6.0, 8.0, 12.0, record_dir=record)
+
+    stepped = {p: step(p) for p in paths if p in ("paced", "stock")} if steps else None
     if stepped:
         draw(stepped, args.plot)
     relay = relay_vs_direct(args.runs) if args.only in (None, "relay") else {}
