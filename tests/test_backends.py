@@ -166,3 +166,22 @@ def test_a_session_falls_back_to_x264_when_nvenc_will_not_open(
     explicit = Backends("cpu", "nvenc", "test", "asked", encoder_requested="nvenc")
     with pytest.raises(OSError):
         LocalWorker("w", default_scene(), stream, 1, Metrics(), (), explicit)._encoder()
+
+
+@pytest.mark.parametrize("encoder", ["x264", "replay"])
+def test_intra_refresh_without_nvenc_is_said_at_start(
+    encoder: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--intra-refresh` is NVENC's: a worker whose encoder is another says so as it starts
+    (one configuration may serve a fleet of GPU and CPU workers), and streams with keyframes."""
+    from render_server.backends.choice import Backends
+
+    stream = StreamConfig(resolution=Resolution(64, 64), intra_refresh=True)
+    backends = Backends("cpu", encoder, "asked for", "asked for")  # type: ignore[arg-type]
+    LocalWorker("w", default_scene(), stream, 1, Metrics(), (), backends).warm_up()
+    said = [r for r in caplog.records if r.getMessage() == "encoder.intra_refresh_ignored"]
+    assert len(said) == 1 and said[0].encoder == encoder  # type: ignore[attr-defined]
+    caplog.clear()
+    plain = StreamConfig(resolution=Resolution(64, 64))
+    LocalWorker("w", default_scene(), plain, 1, Metrics(), (), backends).warm_up()
+    assert not any(r.getMessage() == "encoder.intra_refresh_ignored" for r in caplog.records)

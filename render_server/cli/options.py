@@ -89,7 +89,8 @@ def stream_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--intra-refresh", action="store_true", default=flag("intra_refresh") or s.intra_refresh,
-        help="NVENC: refresh the picture in stripes instead of sending whole keyframes",
+        help="NVENC: refresh the picture in stripes instead of sending whole keyframes "
+        "(another encoder logs encoder.intra_refresh_ignored at start and sends keyframes)",
     )  # fmt: skip
     g.add_argument(
         "--scene", type=Path, default=env_value("scene"),

@@ -109,6 +109,13 @@ class LocalWorker:
         for this GPU, say) falls back to the CPU renderer with a log line.
         """
         t0 = time.perf_counter()
+        if self.stream.intra_refresh and self.backends.encoder != "nvenc":
+            # said, not refused: one configuration for a fleet of GPU and CPU workers
+            log.warning(
+                "encoder.intra_refresh_ignored",
+                extra={"encoder": self.backends.encoder,
+                       "reason": "intra refresh is NVENC's: this encoder sends keyframes"},
+            )  # fmt: skip
         try:
             pipeline = self._pipeline()
         except Exception as exc:
