@@ -44,6 +44,7 @@ SERIAL_MODULES = frozenset({
     "test_latency_browser", "test_latency_cli", "test_first_move_meter",
     "test_first_move_render", "test_track_first_move", "test_benchmark_sharing",
     "test_fleet", "test_hostile", "test_sharing_browser", "test_firefox_stream", "test_browser",
+    "test_codec_browsers",
 })  # fmt: skip
 
 
