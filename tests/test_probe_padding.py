@@ -82,4 +82,4 @@ def test_a_padding_only_probe_ends_at_its_bytes() -> None:
             run.count(1238, now)
             packets += 1
         now += 0.0005
-    assert packets == 7 and 0.012 < run.last - run.started < 0.014  # type: ignore[operator]
+    assert packets == 7 and 0.012 < run.last - run.started < 0.014

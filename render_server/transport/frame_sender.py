@@ -84,26 +84,19 @@ class ExtensionBlock:
         self._map = extensions_map
         low = extensions_map.set(HeaderExtensions(abs_send_time=0, mid=mid))
         high = extensions_map.set(HeaderExtensions(abs_send_time=0xFFFFFF, mid=mid))
-        self._template: tuple[int, bytes] | None = low
-        self._offset: int | None = None  # where abs-send-time's three bytes are
-        (profile, data), (high_profile, high_data) = low, high
-        changed = [i for i, (a, b) in enumerate(zip(data, high_data, strict=False)) if a != b]
-        if profile != high_profile or len(data) != len(high_data):
-            self._template = None
-        elif changed:
-            start = changed[0]
-            if changed == [start, start + 1, start + 2]:
-                self._offset = start
-            else:
-                self._template = None
+        changed = [i for i, (a, b) in enumerate(zip(low[1], high[1], strict=False)) if a != b]
+        self._offset = changed[0] if changed else None  # where abs-send-time's bytes are
+        three = self._offset is None or changed == [self._offset + i for i in range(3)]
+        same_shape = low[0] == high[0] and len(low[1]) == len(high[1])
+        self._template: tuple[int, bytes] | None = low if same_shape and three else None
 
     def build(self, extensions: HeaderExtensions) -> tuple[int, bytes]:
         """What `map.set(extensions)` returns, for extensions that differ from the template's
         in abs-send-time alone."""
         template, offset = self._template, self._offset
-        if template is None:
+        if template is None or extensions.abs_send_time is None:
             return cast(tuple[int, bytes], self._map.set(extensions))
-        if offset is None or extensions.abs_send_time is None:
+        if offset is None:  # the map writes no abs-send-time
             return template
         profile, data = template
         value = extensions.abs_send_time.to_bytes(3, "big")
@@ -118,7 +111,6 @@ class FrameSender:
         self._sender = sender
         self._send_frame = send_frame
         self.frames = 0
-        self._block: ExtensionBlock | None = None  # the running loop's
 
     def install(self) -> None:
         self._sender._run_rtp = self._run
@@ -131,7 +123,7 @@ class FrameSender:
         payload_type = codec.payloadType
         assert payload_type is not None  # the negotiated codec's
         # the map and the mid are the negotiation's, fixed while this loop runs
-        self._block = ExtensionBlock(
+        block = ExtensionBlock(
             sender._RTCRtpSender__rtp_header_extensions_map, sender._RTCRtpSender__mid
         )
         try:
@@ -142,7 +134,7 @@ class FrameSender:
                 frame = await sender._next_encoded_frame(codec)
                 if frame is None:
                     continue
-                await self._send(frame.payloads, payload_type, sequence,
+                await self._send(block, frame.payloads, payload_type, sequence,
                                  uint32_add(origin, frame.timestamp))  # fmt: skip
                 sequence = (sequence + len(frame.payloads)) & 0xFFFF
         except (asyncio.CancelledError, ConnectionError, MediaStreamError):
@@ -160,15 +152,18 @@ class FrameSender:
         sender._RTCRtpSender__rtp_exited.set()
 
     async def _send(
-        self, payloads: Sequence[bytes], payload_type: int, sequence: int, timestamp: int
+        self,
+        block: ExtensionBlock,
+        payloads: Sequence[bytes],
+        payload_type: int,
+        sequence: int,
+        timestamp: int,
     ) -> None:
         sender = self._sender
         ntp = ntp_now()
         extensions = HeaderExtensions()  # one for the frame's packets, as aiortc would write
         extensions.abs_send_time = (ntp >> 14) & 0x00FFFFFF
         extensions.mid = sender._RTCRtpSender__mid
-        block = self._block
-        assert block is not None  # made as the loop starts
         extension = block.build(extensions)
         ssrc, size = sender._ssrc, history_size()
         history = sender._RTCRtpSender__rtp_history

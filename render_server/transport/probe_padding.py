@@ -11,7 +11,7 @@ do), `_rtx_ssrc` and `__rtp_header_extensions_map`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiortc import rtcrtpsender
@@ -31,34 +31,33 @@ class ProbeRun:
     last packet went."""
 
     cluster: ProbeCluster
-    started: float | None = None
+    started: float
     packets: int = 0
     sent: int = 0
-    last: float | None = None
+    last: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last = self.started
 
     def done(self) -> bool:
         """All of the cluster is out, and not sooner than its rate: media the pacer let out
         at 2.5x the estimate filled a 3.7 Mbit/s cluster in 8 ms, and a browser that bunched
         its first packets read it at over twice the rate it was sent, which a probe's
         estimate discards (MAX_VALID_RATIO): the link that came back went unseen for 5 s."""
-        cluster, started, last = self.cluster, self.started, self.last
+        cluster = self.cluster
         if self.packets < cluster.min_packets or self.sent < cluster.min_bytes:
             return False
         # padding at the rate may run a packet ahead (`due`), and its last packet may be the one
         # that fills the cluster: two packets' time of slack
         span = (cluster.min_bytes - 2 * PROBE_PACKET) * 8 / cluster.bitrate
-        return started is not None and last is not None and last - started >= span
+        return self.last - self.started >= span
 
     def due(self, now: float) -> bool:
-        """Another padding packet is due at `now` (the cluster's rate from its first)."""
-        if self.started is None:
-            self.started = now
+        """Another padding packet is due at `now` (the cluster's rate from its start)."""
         allowed = (now - self.started) * self.cluster.bitrate / 8 + PROBE_PACKET
         return self.sent < allowed and not self.done()
 
     def count(self, size: int, now: float) -> None:
-        if self.started is None:
-            self.started = now
         self.packets, self.sent, self.last = self.packets + 1, self.sent + size, now
 
 
@@ -116,7 +115,7 @@ class Prober:
         cluster, until = self._waiting
         if self.backlog.clear(now) or now >= until:
             self._waiting = None
-            self.run = ProbeRun(cluster)
+            self.run = ProbeRun(cluster, now)
             self.started += 1
 
     def wait(self, now: float) -> float | None:
