@@ -1,7 +1,7 @@
 """Capacity of one machine (issue 18): what a worker holds with every core, and what it costs.
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
-        [--skip 4k30,scaling,x264] [--harness-processes 2]
+        [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 48]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -9,9 +9,13 @@ commands.
 
 4k30     `--encoder replay`, 20 × 3840×2160 at 30 fps, 15 Mbit/s each, held `--hold` s, once
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
-scaling  the same server asked for more than it can send (20 × 4K60 at 25 Mbit/s, 15 s): the
-         packets per second the receivers got, per server `--processes` value, and the ratio of
-         each to the first. Both runs share this machine's cores with the harness.
+scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at 25
+         Mbit/s, 15 s hold): the packets per second it sent over the hold, per server
+         `--processes` value, and the ratio of each to the first. The harness is a sink here
+         (`--receiver count --no-drag`: packets and frames counted from the SRTP headers,
+         nothing decrypted), so that the server, not the harness, has this machine's cores;
+         the lean harness costs about what the server does and would halve what it could
+         use.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
@@ -31,14 +35,29 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadtest import describe, held, loadtest, serve  # noqa: E402  (benchmarks/loadtest.py)
+from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
+    cpu_between,
+    describe,
+    held,
+    loadtest,
+    serve,
+)
 
 Row = tuple[str, str, str]  # what, result, how to reproduce
 
 
-def _packets_per_s(report: dict[str, Any]) -> float:
-    """RTP packets the receivers got per second, each stream over the time it streamed."""
-    return sum(s["packets"] / s["streamed_s"] for s in report["streams"] if s.get("streamed_s"))
+def _hold_packets_per_s(report: dict[str, Any]) -> float:
+    """RTP packets the receivers got per second over the hold (all streams up), every harness
+    process's window summed."""
+    windows = [p["hold_window"] for p in report["harness"]["processes"] if p.get("hold_window")]
+    return sum(w["packets"] / w["seconds"] for w in windows if w.get("seconds"))
+
+
+def _hold_cpu(report: dict[str, Any]) -> float:
+    """The harness's cores over the hold."""
+    windows = [p["hold_window"] for p in report["harness"]["processes"] if p.get("hold_window")]
+    seconds = max((w.get("seconds", 0.0) for w in windows), default=0.0)
+    return sum(w["cpu_s"] for w in windows) / seconds if seconds else 0.0
 
 
 def _streams_held(report: dict[str, Any], min_fps: float) -> int:
@@ -55,6 +74,9 @@ def main() -> int:
     parser.add_argument("--server-processes", default="1,2", help="serve --processes values")
     parser.add_argument("--harness-processes", default="2", help="loadtest --processes")
     parser.add_argument("--hour-price", type=float, default=None, help="the machine, per hour")
+    parser.add_argument(
+        "--scaling-streams", type=int, default=48, help="4K60 streams of the scaling runs"
+    )
     parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -68,10 +90,15 @@ def main() -> int:
         rows.append((what, result, how))
         print(f"[{time.monotonic() - t0:5.0f} s] {what}: {result}", flush=True)
 
-    def run(serve_args: tuple[str, ...], name: str, *test_args: str) -> tuple[Any, float, str]:
+    def run(
+        serve_args: tuple[str, ...],
+        name: str,
+        *test_args: str,
+        cpu_samples: list[tuple[float, float]] | None = None,
+    ) -> tuple[Any, float, str]:
         with serve(*serve_args, log=work / f"{name}.log") as (url, pid, command):
             serve_cmd = "python " + " ".join(shlex.quote(c) for c in command[1:])
-            report, cpu, cmd = loadtest(url, pid, work / name, *test_args)
+            report, cpu, cmd = loadtest(url, pid, work / name, *test_args, cpu_samples=cpu_samples)
             return report, cpu, f"{serve_cmd}\n    {cmd}"
 
     if "4k30" not in skip:
@@ -90,18 +117,25 @@ def main() -> int:
 
     if "scaling" not in skip:
         rates: list[tuple[str, float]] = []
+        n = str(args.scaling_streams)
         for p in pools:
             serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
-                          "--bitrate", "25000000", "--slots", "20", "--processes", p)  # fmt: skip
+                          "--bitrate", "25000000", "--slots", n, "--processes", p)  # fmt: skip
+            samples: list[tuple[float, float]] = []
             report, cpu, how = run(
-                serve_args, f"scaling-p{p}", "--streams", "20", "--resolution", "3840x2160",
-                "--fps", "60", "--duration", "15", "--ramp", "5",
-                "--processes", args.harness_processes,
+                serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
+                "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
+                "--receiver", "count", "--no-drag", cpu_samples=samples,
             )  # fmt: skip
-            rate = _packets_per_s(report)
+            rate = _hold_packets_per_s(report)
             rates.append((p, rate))
-            note(f"scaling: 20 × 4K60 25 Mbit/s asked, server --processes {p}",
-                 f"{rate:,.0f} packets/s received; {describe(report, cpu)}", how)  # fmt: skip
+            window = report["harness"]["processes"][0]["hold_window"]
+            server = cpu_between(samples, window["start_ms"], window["end_ms"])
+            cores = server / window["seconds"]
+            note(f"scaling: {n} × 4K60 25 Mbit/s asked, server --processes {p}",
+                 f"{rate:,.0f} packets/s over the hold, server {cores:.2f} cores then "
+                 f"({rate / cores:,.0f} packets per server CPU-second), harness "
+                 f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
         base = rates[0][1] if rates else 0.0
         if base:
             ratios = ", ".join(f"--processes {p}: {r / base:.2f}×" for p, r in rates)

@@ -65,6 +65,8 @@ ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
 }
+HARNESS_TIMEOUT_S = 900.0
+CPU_SAMPLE_S = 0.25  # the server's CPU, read this often where a run asks (`cpu_between`)
 PLAYOUT_DELAY = "low"  # what `serve` asks for by default; the plain sender asks for the same
 # (c)'s streams: size, frame rate, bitrate
 SEND_PROFILES = {"720p30": ("1280x720", 30.0, 4_000_000), "4k60": ("3840x2160", 60.0, 25_000_000)}
@@ -89,17 +91,53 @@ def shell_line(command: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in command[1:])
 
 
-def loadtest(url: str, pid: int, out: Path, *args: str) -> tuple[dict[str, Any], float, str]:
-    """One harness run; (report, the server's CPU seconds over it, the command)."""
+def loadtest(
+    url: str,
+    pid: int,
+    out: Path,
+    *args: str,
+    cpu_samples: list[tuple[float, float]] | None = None,
+) -> tuple[dict[str, Any], float, str]:
+    """One harness run; (report, the server's CPU seconds over it, the command). Where
+    `cpu_samples` is given, it gets (time.monotonic() ms, server CPU seconds) every
+    `CPU_SAMPLE_S` while the harness runs (see `cpu_between`)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
     before = tree_cpu_seconds_or_raise(pid)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT, env=ENV)
+    # files, not pipes: a report larger than a pipe's buffer would block the harness at its
+    # end while this loop samples
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+        with subprocess.Popen(
+            command, stdout=out_file, stderr=err_file, text=True, cwd=ROOT, env=ENV
+        ) as harness:
+            deadline = time.monotonic() + HARNESS_TIMEOUT_S
+            while cpu_samples is not None and harness.poll() is None:
+                cpu_samples.append((time.monotonic() * 1e3, tree_cpu_seconds_or_raise(pid)))
+                time.sleep(CPU_SAMPLE_S)
+                if time.monotonic() > deadline:
+                    harness.kill()
+            harness.wait(timeout=max(1.0, deadline - time.monotonic()))
+        out_file.seek(0)
+        err_file.seek(0)
+        stdout, stderr = out_file.read(), err_file.read()
     server_cpu = tree_cpu_seconds_or_raise(pid) - before
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"loadtest exited {done.returncode}: {done.stderr[-2000:]}")
+    if harness.returncode not in (0, 1):
+        raise RuntimeError(f"loadtest exited {harness.returncode}: {stderr[-2000:]}")
     shown = shell_line(command).replace(url, "$URL")
-    return json.loads(done.stdout), server_cpu, "python " + shown
+    return json.loads(stdout), server_cpu, "python " + shown
+
+
+def cpu_between(samples: list[tuple[float, float]], start_ms: float, end_ms: float) -> float:
+    """CPU seconds between two instants, read off (ms, CPU seconds) samples in time order by
+    linear interpolation (NaN where the samples do not cover the window)."""
+
+    def at(ms: float) -> float:
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:], strict=False):
+            if t0 <= ms <= t1:
+                return c0 + (c1 - c0) * (ms - t0) / (t1 - t0) if t1 > t0 else c0
+        return float("nan")
+
+    return at(end_ms) - at(start_ms)
 
 
 def held(report: dict[str, Any], min_fps: float) -> bool:

@@ -39,13 +39,19 @@ class Collector(asyncio.DatagramProtocol):
             self.arrived.set()
 
 
-async def receive(segmented: bool) -> tuple[list[bytes], list[bytes], GroStats, bool]:
+async def receive(
+    segmented: bool, take_run: Any = None, made: Any = None
+) -> tuple[list[bytes], list[bytes], GroStats, bool]:
     loop = asyncio.get_running_loop()
     receiver, collector = await loop.create_datagram_endpoint(
         Collector, local_addr=("127.0.0.1", 0)
     )
+    if made is not None:
+        made(collector)
     stats = GroStats()
-    taken = read_coalesced(receiver, collector.datagram_received, collector.errors.append, stats)
+    taken = read_coalesced(
+        receiver, collector.datagram_received, collector.errors.append, stats, take_run
+    )
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     if not segmented:
@@ -82,6 +88,34 @@ async def test_datagrams_sent_one_by_one_arrive_as_they_were() -> None:
     assert taken
     assert received == sent
     assert stats.reads == stats.datagrams == len(sent) and stats.coalesced == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="UDP_GRO is Linux's")
+async def test_a_reader_may_take_a_run_whole() -> None:
+    taken_runs: list[int] = []
+    collector: Collector | None = None
+
+    def take_run(run: bytes, segment: int, addr: Any) -> int:
+        """Takes the coalesced runs (as the counting receiver does), in arrival order."""
+        assert collector is not None
+        if not segment or len(run) <= segment:
+            return 0  # a lone datagram: the protocol's
+        datagrams = split(run, segment)
+        taken_runs.append(len(datagrams))
+        collector.datagrams.extend(datagrams)
+        if len(collector.datagrams) >= collector.expected:
+            collector.arrived.set()
+        return len(datagrams)
+
+    def collect(c: Collector) -> Collector:
+        nonlocal collector
+        collector = c
+        return c
+
+    sent, received, stats, taken = await receive(segmented=True, take_run=take_run, made=collect)
+    assert taken and taken_runs  # runs came, and none reached the protocol whole
+    assert received == sent  # what was taken and what was not, in order, is what was sent
+    assert stats.datagrams == len(sent)  # taken or not, every datagram counted once
 
 
 async def test_a_transport_without_a_socket_is_left_alone() -> None:

@@ -81,11 +81,11 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument(
         "--decode",
         nargs="+",
-        default=["keyframes"],
         metavar="MODE",
         help="keyframes: a sampled keyframe (once per --decode-every frames); every N:"
         " the same, once per N frames (a P-frame cannot be decoded without every "
-        "frame back to its keyframe); all: every frame, in order; none (keyframes)",
+        "frame back to its keyframe); all: every frame, in order; none (keyframes; "
+        "none with --receiver count)",
     )
     p.add_argument(
         "--decoder",
@@ -108,9 +108,11 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument(
         "--no-drag", action="store_true", help="send no input: watch a still camera, as a viewer"
     )
-    p.add_argument("--receiver", choices=("lean", "full"), default="lean",
+    p.add_argument("--receiver", choices=("lean", "full", "count"), default="lean",
                    help="lean: count frames on the marker bit straight from the decrypted RTP "
-                   "(receiver reports only, no NACK); full: aiortc's whole receive path "
+                   "(receiver reports only, no NACK); full: aiortc's whole receive path; "
+                   "count: packets and frames from the SRTP headers in the clear, nothing "
+                   "decrypted or decoded, a sink for measuring what a server sends "
                    "(%(default)s)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
@@ -128,7 +130,8 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     from render_server.tools.loadtest.server import ServerUnreachable
 
     try:
-        decode, every = _decode_mode(args.decode, args.decode_every)
+        words = args.decode or (["none"] if args.receiver == "count" else ["keyframes"])
+        decode, every = _decode_mode(words, args.decode_every)
         config = LoadTestConfig(
             server=args.server, streams=args.streams, resolution=Resolution.parse(args.resolution),
             fps=args.fps, duration_s=args.duration, ramp_s=args.ramp, processes=args.processes,

@@ -47,7 +47,7 @@ _LENGTH = struct.Struct("!H")
 
 
 @dataclass(slots=True)
-class _Seen:
+class SeenPacket:
     """What `StreamStatistics.add` reads of a packet."""
 
     sequence_number: int
@@ -183,7 +183,7 @@ class LeanReceiver:
         statistics = self._streams.get(ssrc)
         if statistics is None:
             statistics = self._streams[ssrc] = StreamStatistics(codec.clockRate)
-        statistics.add(_Seen(seq, timestamp))  # type: ignore[arg-type]
+        statistics.add(SeenPacket(seq, timestamp))  # type: ignore[arg-type]
         name = codec.name
         if name.lower() == "rtx":
             repaired = self._codecs.get(codec.parameters.get("apt"))

@@ -57,10 +57,15 @@ def read_coalesced(
     received: Callable[[bytes, Any], None],
     on_error: Callable[[Exception], None],
     stats: GroStats,
+    take_run: Callable[[bytes, int, Any], int] | None = None,
 ) -> bool:
     """Feed what `transport`'s socket receives to `received(datagram, addr)`, run by run,
     instead of the transport's own reads: True where the socket took `UDP_GRO` (the
-    transport's reader is then replaced), False where nothing changed."""
+    transport's reader is then replaced), False where nothing changed.
+
+    `take_run(run, segment, addr)`, where given, sees each read whole first (`segment`: its
+    datagrams' size, 0 for a lone datagram) and returns how many datagrams it took, all
+    of them or 0: a reader that only counts need not cut the run into datagrams."""
     sock: socket.socket | None = getattr(transport, "_sock", None)  # asyncio's selector transport
     loop = asyncio.get_running_loop()
     add_reader = getattr(loop, "_add_reader", None)  # the selector loop's: the fd is taken
@@ -82,7 +87,14 @@ def read_coalesced(
                 on_error(exc)
                 return
             stats.reads += 1
-            datagrams = split(data, segment_size(ancillary))
+            segment = segment_size(ancillary)
+            if take_run is not None:
+                taken = take_run(data, segment, addr)
+                if taken:
+                    stats.datagrams += taken
+                    stats.coalesced += taken if taken > 1 else 0
+                    continue
+            datagrams = split(data, segment)
             stats.datagrams += len(datagrams)
             if len(datagrams) > 1:
                 stats.coalesced += len(datagrams)

@@ -10,7 +10,7 @@ from render_server.encode.codecs import CODECS
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
-RECEIVERS = ("lean", "full")
+RECEIVERS = ("lean", "full", "count")
 DECODE_MODES = ("none", "keyframes", "all")
 DECODERS = ("auto", "cpu", "nvdec")
 DEFAULT_MIN_FPS_SHARE = 0.95  # without --min-fps, a stream under 95 % of the asked rate fails
@@ -41,7 +41,8 @@ class LoadTestConfig:
     drag: bool = True
     seed: int = 0
     # lean: RTP counted straight from the decrypted datagram; full: through aiortc's receiver
-    # (jitter buffer, depacketizer, NACK), as before
+    # (jitter buffer, depacketizer, NACK), as before; count: from the SRTP headers in the
+    # clear, nothing decrypted (what the server sends, not what a viewer could show)
     receiver: str = "lean"
     decode: str = "keyframes"  # none, keyframes (sampled, see decode_every), all
     decoder: str = "auto"  # auto, cpu, nvdec
@@ -50,7 +51,11 @@ class LoadTestConfig:
         if self.codec not in CODECS:
             raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         if self.receiver not in RECEIVERS:
-            raise ConfigError(f"--receiver must be lean or full, not {self.receiver!r}")
+            raise ConfigError(f"--receiver must be lean, full or count, not {self.receiver!r}")
+        if self.receiver == "count" and self.decode != "none" and self.decode_every > 0:
+            raise ConfigError(
+                "--receiver count decrypts nothing, so it cannot decode: use --decode none"
+            )
         if self.decode not in DECODE_MODES:
             raise ConfigError(
                 f"--decode must be all, keyframes, every N or none, not {self.decode!r}"

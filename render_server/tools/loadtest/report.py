@@ -356,6 +356,11 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"harness: {h['receiver']} receiver, {h['cpu_s']:.1f} CPU-s in all; over the hold "
         f"{_fmt(h['hold_packets_per_cpu_s'], '.0f')} RTP packets per CPU-second"
     )
+    if h["receiver"] == "count":
+        lines.append(
+            "count receiver: frames and packets read from the SRTP headers in the clear, nothing "
+            "decrypted, reassembled or decoded: what the server sent, not what a viewer could show"
+        )
     check = report["server_check"]
     if "error" in check:
         lines.append(f"server /metrics: unreadable after the run ({check['error']})")

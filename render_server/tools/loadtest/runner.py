@@ -273,11 +273,12 @@ async def _measure_hold(
     config: LoadTestConfig, probes: list[StreamProbe], t0_ms: float, window: dict[str, float]
 ) -> None:
     """This process's CPU time and RTP packets over the hold, a second after the ramp to the
-    end: what receiving costs, without imports, handshakes or teardown."""
+    end: what receiving costs, without imports, handshakes or teardown. The window's ends are
+    `now_ms` readings (the host's monotonic clock), for a server's CPU over the same window."""
     start_s = min(config.hold_start_s + HOLD_SETTLE_S, config.end_s)
 
     def sample() -> tuple[float, float, int]:
-        packets = sum(p.assembler.stats.packets for p in probes)
+        packets = sum(p.packets for p in probes)
         return now_ms(), time.process_time(), packets
 
     await asyncio.sleep(max(0.0, (t0_ms + start_s * 1000.0 - now_ms()) / 1000.0))
@@ -285,7 +286,8 @@ async def _measure_hold(
     await asyncio.sleep(max(0.0, (t0_ms + config.end_s * 1000.0 - now_ms()) / 1000.0))
     ms1, cpu1, packets1 = sample()
     window.update(seconds=round((ms1 - ms0) / 1000.0, 3), cpu_s=round(cpu1 - cpu0, 3),
-                  packets=packets1 - packets0)  # fmt: skip
+                  packets=packets1 - packets0, start_ms=round(ms0, 1),
+                  end_ms=round(ms1, 1))  # fmt: skip
 
 
 async def _report_progress(probes: list[StreamProbe], process: int, messages: Any) -> None:

@@ -30,6 +30,7 @@ from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
+from render_server.transport.counting_receiver import CountingReceiver
 from render_server.transport.lean_receiver import LeanReceiver
 from render_server.transport.receiver_hook import observe_receiver
 
@@ -132,6 +133,7 @@ class StreamProbe:
         self.t0_ms = t0_ms
         self.result = StreamResult(index, process)
         self._lean: LeanReceiver | None = None
+        self._counted = 0  # frames `CountingReceiver` reported
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: StreamDecoder | None = None
@@ -153,6 +155,13 @@ class StreamProbe:
         self._last_frame_ms: float | None = None
 
     # -- the run -----------------------------------------------------------------------------
+
+    @property
+    def packets(self) -> int:
+        """The media's RTP packets received so far."""
+        if isinstance(self._lean, CountingReceiver):  # the assembler sees no packet
+            return self._lean.stats.packets
+        return self.assembler.stats.packets
 
     def _rel_s(self, ms: float) -> float:
         return round((ms - self.t0_ms) / 1000.0, 4)
@@ -235,6 +244,8 @@ class StreamProbe:
         lean = None
         if self.config.receiver == "lean":
             lean = self._lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
+        elif self.config.receiver == "count":
+            lean = self._lean = CountingReceiver(receiver, self._on_counted)
         else:
             observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
@@ -296,7 +307,7 @@ class StreamProbe:
         """Fill the result's figures from the counters."""
         r = self.result
         stats = self.assembler.stats
-        r.packets = stats.packets
+        r.packets = self.packets
         r.duplicate_packets = stats.duplicates
         r.incomplete_frames = stats.incomplete
         r.lost_packets = stats.lost_packets
@@ -329,6 +340,16 @@ class StreamProbe:
 
         receiver._send_rtcp_nack = nack  # type: ignore[method-assign]
         receiver._send_rtcp_pli = pli  # type: ignore[method-assign]
+
+    def _on_counted(self, rtp: int, packets: int, size: int, arrival_ms: float) -> None:
+        """A frame that `CountingReceiver` saw end (its datagram bytes: nothing decrypted)."""
+        self._counted += 1
+        frame = ObservedFrame(
+            rtp=rtp, first_ms=arrival_ms, last_ms=arrival_ms, size=size, packets=packets,
+            lost=0, keyframe=False, complete=True, index=self._counted - 1,
+            codec=self.config.codec,
+        )  # fmt: skip
+        self._on_frame(frame, b"")
 
     def _on_frame(self, frame: ObservedFrame, access_unit: bytes) -> None:
         r = self.result

@@ -1,0 +1,144 @@
+"""A receiver that counts what a server sends without unprotecting it: a sink for capacity runs.
+
+SRTP encrypts an RTP packet's payload, not its header: sequence number, timestamp, marker bit
+and payload type stay in the clear. `CountingReceiver` reads them where the socket receives
+them, a coalesced run (`udp_gro`) at a time, and reports each frame as its marker packet comes
+(the RTP timestamp, packets and datagram bytes since the previous marker). Nothing is
+authenticated, decrypted, reassembled or decoded, so it says what a server sent, never that a
+viewer could show it: a run that must prove the picture uses `LeanReceiver`.
+
+Its use is to take the harness off the CPU a server is measured on: counting a 4K60 frame
+costs one read and a loop over its datagrams' first bytes, against an unprotect and a header
+parse per datagram for the lean receiver. STUN, DTLS, RTCP, and SRTP that comes before the
+keys, go to aiortc as before, so ICE consent and the DTLS session stay alive.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from aioice.ice import StunProtocol
+from aiortc.rtcdtlstransport import State
+from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
+
+from render_server.transport.lean_receiver import LeanReceiver, SeenPacket
+from render_server.transport.udp_gro import read_coalesced
+
+# (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic())
+FrameCounted = Callable[[int, int, int, float], None]
+
+_HEADER: Final = struct.Struct("!HII")  # sequence number, timestamp, SSRC
+_TIMESTAMP: Final = struct.Struct("!I")
+RTP_HEADER: Final = 12
+
+
+def _ignore(*_: Any) -> None:
+    pass
+
+
+class CountingReceiver(LeanReceiver):
+    """Takes one receiver's video off aiortc's path and counts it (see the module). Create it
+    right after `addTransceiver`; call `rehook` after negotiating, as for `LeanReceiver`.
+
+    `stats.direct` counts the SRTP datagrams counted here, `stats.packets` those of the
+    media's payload types, `repairs` the others (RTX: retransmissions and probe padding, or
+    a payload type not negotiated)."""
+
+    def __init__(self, receiver: RTCRtpReceiver, on_frame: FrameCounted) -> None:
+        self.on_frame = on_frame
+        self.repairs = 0
+        self._packets = 0  # of the frame under way, since the last marker
+        self._bytes = 0
+        super().__init__(receiver, _ignore)
+
+    def _hook_sockets(self, dtls: Any, aiortcs: Callable[..., Any]) -> None:
+        connection = getattr(getattr(dtls, "transport", None), "_connection", None)
+        for protocol in getattr(connection, "_protocols", ()):
+            if not isinstance(protocol, StunProtocol):
+                continue
+            received = protocol.datagram_received
+            if getattr(received, "lean", False):
+                continue
+            take = self._taker(dtls)
+
+            def counted(data: Any, addr: Any, take: Any = take, received: Any = received) -> None:
+                if not take(data, 0, addr):
+                    received(data, addr)
+
+            counted.lean = True  # type: ignore[attr-defined]
+            setattr(protocol, "datagram_received", counted)  # noqa: B010 (aioice's object)
+            transport = getattr(protocol, "transport", None)
+            if transport is not None:
+                read_coalesced(transport, counted, protocol.error_received, self.gro, take)
+
+    def _taker(self, dtls: Any) -> Callable[[bytes, int, Any], int]:
+        codecs, stats, streams = self._codecs, self.stats, self._streams
+        rates: dict[int, int] = {}  # payload type → the media's clock rate, 0 for RTX
+
+        def rate_of(payload_type: int) -> int:
+            """The clock rate of a media payload type, 0 for RTX, −1 for one not negotiated
+            (not kept: a negotiation may add it)."""
+            codec = codecs.get(payload_type)
+            if codec is None:
+                return -1
+            rate = rates[payload_type] = 0 if codec.name.lower() == "rtx" else codec.clockRate
+            return rate
+
+        def take(run: bytes, segment: int, addr: Any) -> int:
+            """Count `run` (datagrams of `segment` bytes, the last may be shorter) where
+            every datagram in it is keyed SRTP: how many, else 0 (left to aiortc)."""
+            if dtls._rx_srtp is None or dtls._state != State.CONNECTED:
+                return 0
+            size = len(run)
+            step = segment if segment > 0 else size
+            if size < RTP_HEADER:
+                return 0
+            starts = range(0, size, step)
+            for start in starts:
+                if size - start < RTP_HEADER or not 127 < run[start] < 192:
+                    return 0  # short, or not RTP version 2
+                if 192 <= run[start + 1] <= 208:
+                    return 0  # RTCP (aiortc's `is_rtcp`)
+            now = time.monotonic() * 1000.0
+            packets, sent = self._packets, self._bytes  # of the frame under way
+            media, first, last, clock_rate = 0, -1, -1, 0
+            for start in starts:
+                second = run[start + 1]
+                rate = rates.get(second & 0x7F)
+                if rate is None:
+                    rate = rate_of(second & 0x7F)
+                if rate <= 0:
+                    continue
+                media += 1
+                packets += 1
+                sent += step if start + step <= size else size - start
+                last, clock_rate = start, rate
+                first = start if first < 0 else first
+                if second & 0x80:
+                    self.on_frame(_TIMESTAMP.unpack_from(run, start + 4)[0], packets, sent, now)
+                    packets = sent = 0
+            self._packets, self._bytes = packets, sent
+            count = len(starts)
+            self.repairs += count - media
+            if last >= 0:  # one stream per media payload type: its last packet stands for all
+                seq, timestamp, ssrc = _HEADER.unpack_from(run, last + 2)
+                statistics = streams.get(ssrc)
+                if statistics is None:
+                    statistics = streams[ssrc] = StreamStatistics(clock_rate)
+                behind = media - 1  # packets before the last
+                if statistics.base_seq is None and first != last:  # the stream starts here
+                    start_seq, start_timestamp, _ = _HEADER.unpack_from(run, first + 2)
+                    statistics.add(SeenPacket(start_seq, start_timestamp))  # type: ignore[arg-type]
+                    behind -= 1
+                statistics.add(SeenPacket(seq, timestamp))  # type: ignore[arg-type]
+                statistics.packets_received += behind
+            stats.direct += count
+            stats.packets += media
+            dtls._RTCDtlsTransport__rx_bytes += size
+            dtls._RTCDtlsTransport__rx_packets += count
+            return count
+
+        return take

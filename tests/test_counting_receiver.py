@@ -1,0 +1,130 @@
+"""The counting receiver: frames and packets read off SRTP headers in the clear, a coalesced run
+at a time. Its reading of a run, what it leaves to aiortc, and a real run whose frames and
+packets match what the worker's /metrics says it sent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiortc import RTCPeerConnection, RTCRtpCodecParameters
+from aiortc.rtcdtlstransport import State
+from aiortc.rtp import RtpPacket, wrap_rtx
+
+from render_server.transport.counting_receiver import CountingReceiver
+
+from .browser import serve_process
+
+H264, RTX = 96, 97
+SEGMENT = 120
+
+
+def _datagram(seq: int, timestamp: int, marker: int, **changes: Any) -> bytes:
+    """An RTP packet padded to SEGMENT bytes, as SRTP would send it (header in the clear; the
+    payload here stands for the encrypted one)."""
+    packet = RtpPacket(payload_type=H264, marker=marker, sequence_number=seq,
+                       timestamp=timestamp, ssrc=1234, payload=b"\x41" * 20)  # fmt: skip
+    for name, value in changes.items():
+        setattr(packet, name, value)
+    data = packet.serialize()
+    return data + b"\0" * (SEGMENT - len(data))
+
+
+def _keyed() -> Any:
+    """What the counter reads of a DTLS transport whose SRTP keys are set."""
+    return type("Dtls", (), {"_rx_srtp": object(), "_state": State.CONNECTED,
+                             "_RTCDtlsTransport__rx_bytes": 0,
+                             "_RTCDtlsTransport__rx_packets": 0})()  # fmt: skip
+
+
+async def _counting() -> tuple[RTCPeerConnection, Any, CountingReceiver, list[tuple[int, ...]]]:
+    pc = RTCPeerConnection()
+    receiver = pc.addTransceiver("video", direction="recvonly").receiver
+    codecs = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
+    codecs[H264] = RTCRtpCodecParameters("video/H264", 90000, payloadType=H264)
+    codecs[RTX] = RTCRtpCodecParameters("video/rtx", 90000, payloadType=RTX,
+                                        parameters={"apt": H264})  # fmt: skip
+    frames: list[tuple[int, ...]] = []
+    counter = CountingReceiver(
+        receiver, lambda ts, packets, size, _: frames.append((ts, packets, size))
+    )
+    return pc, receiver, counter, frames
+
+
+async def test_a_run_is_counted_frame_by_frame_from_its_headers() -> None:
+    pc, receiver, counter, frames = await _counting()
+    keyed = _keyed()
+    take = counter._taker(keyed)
+    resent = wrap_rtx(RtpPacket(payload_type=H264, sequence_number=5, timestamp=1, ssrc=1234,
+                                payload=b"\x41" * 10),
+                      payload_type=RTX, sequence_number=1, ssrc=5678).serialize()  # fmt: skip
+    first = b"".join([_datagram(10, 3000, 0), _datagram(11, 3000, 0), _datagram(12, 3000, 1),
+                      _datagram(13, 6000, 0)])  # fmt: skip
+    # a frame split across two reads, an RTX packet in the second, and a short last datagram
+    second = b"".join([_datagram(14, 6000, 1), resent + b"\0" * (SEGMENT - len(resent)),
+                       _datagram(15, 9000, 1)[:60]])  # fmt: skip
+    assert take(first, SEGMENT, None) == 4
+    assert take(second, SEGMENT, None) == 3
+    assert frames == [(3000, 3, 3 * SEGMENT), (6000, 2, 2 * SEGMENT), (9000, 1, 60)]
+    assert counter.stats.direct == 7 and counter.stats.packets == 6 and counter.repairs == 1
+    assert keyed._RTCDtlsTransport__rx_packets == 7  # for getStats, as aiortc counts
+    # aiortc's receiver reports come from these statistics: every media packet, in order
+    stream = receiver._RTCRtpReceiver__remote_streams[1234]  # type: ignore[attr-defined]
+    assert stream.packets_received == 6 and stream.max_seq == 15 and stream.base_seq == 10
+    assert stream.packets_expected == 6  # no loss read into it
+    await pc.close()
+
+
+async def test_what_is_not_keyed_srtp_media_is_left_to_aiortc() -> None:
+    pc, _, counter, frames = await _counting()
+    keyed = _keyed()
+    unkeyed = type("Dtls", (), {"_rx_srtp": None, "_state": State.CONNECTING})()
+    media = _datagram(10, 3000, 1)
+    assert counter._taker(unkeyed)(media, 0, None) == 0  # before the keys: aiortc's way
+    take = counter._taker(keyed)
+    receiver_report = bytes([0x80, 201, 0, 1]) + b"\0" * 4
+    stun = b"\x00\x01\x00\x00" + b"\0" * 16
+    for datagram in (receiver_report, stun, b"\x80\x60\x00", b""):
+        assert take(datagram, 0, None) == 0
+    # one datagram that is not media in a run leaves the whole run to aiortc
+    assert take(media + receiver_report + b"\0" * (SEGMENT - 8), SEGMENT, None) == 0
+    assert frames == [] and counter.stats.direct == 0
+    await pc.close()
+
+
+def test_the_counting_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
+    serve = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "2")
+    with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
+        done = subprocess.run(
+            [sys.executable, "-m", "render_server", "loadtest", "--server", url, "--streams", "2",
+             "--resolution", "320x240", "--fps", "30", "--duration", "5", "--ramp", "0.5",
+             "--min-fps", "20", "--receiver", "count", "--no-drag",
+             "--report", str(tmp_path / "report"), "--json"],
+            capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["harness"]["receiver"] == "count" and report["config"]["decode"] == "none"
+    check = report["server_check"]
+    assert check["server_sessions_started"] == 2
+    assert abs(check["frames_ratio"] - 1) <= 0.01, check
+    assert abs(check["packets_ratio"] - 1) <= 0.01, check
+    # datagram bytes: the worker's encoded bytes plus RTP headers and SRTP's tag
+    assert 1.0 < check["bytes_ratio"] < 1.5, check
+    for s in report["streams"]:
+        assert s["state"] == "closed" and s["frames"] > 60 and s["decode"] is None
+        assert s["socket_packets"] >= s["packets"] > 60, s
+    assert report["harness"]["hold_packets_per_cpu_s"] > 0
+
+
+def test_the_counting_harness_refuses_to_decode(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "render_server", "loadtest", "--server", "http://127.0.0.1:9",
+         "--receiver", "count", "--decode", "keyframes", "--report", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--receiver count decrypts nothing, so it cannot decode" in done.stderr
