@@ -40,6 +40,7 @@ from render_server.stream.scene_commands import SceneCommands
 from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.state import export_state
 from render_server.stream.viewers import Viewers
+from render_server.transport.delayed_sack import delay_sacks
 from render_server.transport.frame_sender import FrameSender
 from render_server.transport.guard import guard_data_channels
 from render_server.transport.ice_candidates import add_candidate
@@ -244,6 +245,7 @@ class StreamSession:
             watch_sent_packets(transceiver.sender, timing.packet_sent)
         if pc.sctp is not None:  # the offer's data channel: what the page sends on it
             guard_data_channels(pc.sctp, guard)
+            delay_sacks(pc.sctp)
         await pc.setLocalDescription(await pc.createAnswer())
         fec = self.path_control.answered(pc.localDescription.sdp, self.fec_copies)
         self.log.info("session.answered", extra={"peer": self.peers, "codec": codec, "fec": fec})

@@ -47,6 +47,7 @@ from render_server.stream.path_control import PEER_SILENT_S
 from render_server.stream.pipeline import FramePipeline
 from render_server.stream.scene_commands import SceneCommands, error_reply
 from render_server.stream.viewer_channel import ViewerChannel
+from render_server.transport.delayed_sack import delay_sacks
 from render_server.transport.fan_out import FanOutTrack, watch_rtcp
 from render_server.transport.guard import HandlerGuard, guard_data_channels
 from render_server.transport.ice_candidates import add_candidate
@@ -190,6 +191,7 @@ class Viewers:
         watch_rtcp(transceiver.sender, partial(self._heard, peer))
         if pc.sctp is not None:
             guard_data_channels(pc.sctp, self.guard)
+            delay_sacks(pc.sctp)
         await pc.setLocalDescription(await pc.createAnswer())
         return str(pc.localDescription.sdp)
 
