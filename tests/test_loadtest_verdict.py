@@ -109,7 +109,7 @@ def test_rates_are_over_the_time_a_stream_streamed() -> None:
     assert report["verdict"]["passed"], report["verdict"]  # type: ignore[index]
 
 
-def test_freezes_count_in_the_hold_when_they_overlap_it() -> None:
+def test_freezes_count_in_the_hold_for_the_part_of_them_it_holds() -> None:
     config = _config(streams=1)
     early = _stream(0, 0.1)
     early.freeze_events = [(1.5, 400.0)]  # ended before the hold began (ramp: 2 s)
@@ -120,6 +120,18 @@ def test_freezes_count_in_the_hold_when_they_overlap_it() -> None:
     closing = _stream(0, 0.1)
     closing.freeze_events = [(END_S + 0.5, 300.0)]  # began after the run's end
     assert _report(config, [closing])["streams"][0]["freezes_hold"] == 0  # type: ignore[index]
+    # a gap of 120 ms (over the 100 ms of three frame intervals at 30 fps) that ends 110 ms
+    # after the hold, as the harness closes the other streams: 10 ms of it in the hold
+    teardown = _stream(0, 0.1)
+    teardown.freeze_events = [(END_S + 0.11, 120.0)]
+    summary = _report(config, [teardown])["streams"][0]  # type: ignore[index]
+    assert summary["freezes_hold"] == 0
+    ramp = _stream(0, 0.1)  # one that began 10 ms before the hold and ended 110 ms into it
+    ramp.freeze_events = [(RAMP_S + 0.11, 120.0)]
+    summary = _report(config, [ramp])["streams"][0]  # type: ignore[index]
+    assert summary["freezes_hold"] == 1 and summary["freeze_ms_hold"] == pytest.approx(110.0)
+    ramp.freeze_events = [(RAMP_S + 0.09, 120.0)]  # 90 ms of it in the hold: no freeze there
+    assert _report(config, [ramp])["streams"][0]["freezes_hold"] == 0  # type: ignore[index]
 
 
 def test_the_drag_is_seeded_per_stream_and_moves_the_camera_on_every_tick() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from render_server.tools.loadtest.runner import RunResult
-from render_server.tools.loadtest.stream import StreamResult
+from render_server.tools.loadtest.stream import FREEZE_INTERVALS, StreamResult
 from render_server.tools.stats import percentile, percentiles
 
 SCHEMA = "render-server-loadtest/1"
@@ -59,6 +59,22 @@ def hold_window(result: StreamResult, run: RunResult) -> tuple[float, float] | N
     return (start, end) if end > start else None
 
 
+def _in_window(
+    events: list[tuple[float, float]], window: tuple[float, float] | None, freeze_ms: float
+) -> list[float]:
+    """The milliseconds of each gap (ended at s, ms) that the window holds, where that part
+    alone is a freeze (over `freeze_ms`): a gap that ends just after the hold, as the harness
+    tears the other streams down, or begins just before it, is not a freeze of the hold."""
+    if window is None:
+        return []
+    held = []
+    for at, ms in events:
+        inside = (min(at, window[1]) - max(at - ms / 1000.0, window[0])) * 1000.0
+        if inside > freeze_ms:
+            held.append(round(inside, 1))
+    return held
+
+
 def streamed(result: StreamResult) -> tuple[float | None, float | None, float | None]:
     """(seconds from first frame to last, fps and Mbps over them); None where under 2 frames."""
     times = result.frame_t_s
@@ -77,11 +93,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         count = bisect.bisect_right(times, window[1]) - bisect.bisect_left(times, window[0])
         hold_fps = count / (window[1] - window[0])
     per_second = _hold_seconds(result.frames_per_s, window)
-    hold_freezes = [
-        ms
-        for at, ms in result.freeze_events
-        if window is not None and at > window[0] and at - ms / 1000.0 < window[1]
-    ]
+    hold_freezes = _in_window(result.freeze_events, window, FREEZE_INTERVALS * 1000 / config.fps)
     streamed_s, fps, mbps = streamed(result)
     applied = result.quality_applied or {}
     expected_size = (
