@@ -16,8 +16,8 @@ from render_server.config import Resolution
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.drag import MAX_PITCH_DRIFT, drag_events
 from render_server.tools.loadtest.report import build_report
+from render_server.tools.loadtest.result import StreamResult
 from render_server.tools.loadtest.runner import RunResult
-from render_server.tools.loadtest.stream import StreamResult
 
 from .browser import serve_process
 

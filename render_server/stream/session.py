@@ -6,10 +6,9 @@ camera and encoder. A session ends when it is closed, when no peer connects for
 `connect_timeout_s` (at the start or after a peer is lost), or after `idle_timeout_s` without
 input from a controller.
 
-This module is the peer connection's life: offer and answer, ICE, the deadlines, the close. The
-`input` data channel is `input_channel`'s, the session's figures and frame-rate governor are
-`monitor`'s; the pages that watch a shared session, each sent the same encoded frames, are
-`viewers`'.
+This module is the peer connection's life: offer and answer, ICE, the deadlines, the close.
+`input_channel` has the `input` data channel, `monitor` the session's figures and frame-rate
+governor, `viewers` the pages that watch a shared session (each sent the same encoded frames).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from render_server.tools.loadtest.result import StreamResult
 from render_server.tools.loadtest.runner import RunResult
-from render_server.tools.loadtest.stream import FREEZE_INTERVALS, StreamResult
+from render_server.tools.loadtest.stream import FREEZE_INTERVALS
 from render_server.tools.stats import percentile, percentiles
 
 SCHEMA = "render-server-loadtest/1"

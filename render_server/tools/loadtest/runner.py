@@ -25,8 +25,9 @@ from typing import Any
 from render_server.memory import settle_heap
 from render_server.protocol.timing import now_ms
 from render_server.tools.loadtest.config import LoadTestConfig
+from render_server.tools.loadtest.result import StreamResult
 from render_server.tools.loadtest.server import ServerApi, worker_mode
-from render_server.tools.loadtest.stream import END_WAIT_S, StreamProbe, StreamResult
+from render_server.tools.loadtest.stream import END_WAIT_S, StreamProbe
 from render_server.tools.stats import percentile
 
 PROGRESS_INTERVAL_S = 1.0
