@@ -4,7 +4,6 @@ packets match what the worker's /metrics says it sent."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from aiortc.rtp import RtpPacket, wrap_rtx
 
 from render_server.transport.counting_receiver import CountingReceiver
 
-from .browser import serve_process
+from .short_loadtest import short_loadtest
 
 H264, RTX = 96, 97
 SEGMENT = 120
@@ -96,17 +95,7 @@ async def test_what_is_not_keyed_srtp_media_is_left_to_aiortc() -> None:
 
 
 def test_the_counting_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
-    serve = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "2")
-    with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
-        done = subprocess.run(
-            [sys.executable, "-m", "render_server", "loadtest", "--server", url, "--streams", "2",
-             "--resolution", "320x240", "--fps", "30", "--duration", "5", "--ramp", "0.5",
-             "--min-fps", "20", "--receiver", "count", "--no-drag",
-             "--report", str(tmp_path / "report"), "--json"],
-            capture_output=True, text=True, timeout=90,
-        )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    report = short_loadtest(tmp_path, "--receiver", "count", "--no-drag")
     assert report["harness"]["receiver"] == "count" and report["config"]["decode"] == "none"
     check = report["server_check"]
     assert check["server_sessions_started"] == 2

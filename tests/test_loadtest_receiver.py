@@ -3,9 +3,6 @@ aiortc packets, and a real run whose counts match what the worker's /metrics say
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 from aiortc import RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters
@@ -14,7 +11,7 @@ from aiortc.rtp import HeaderExtensionsMap, RtpPacket, wrap_rtx
 
 from render_server.transport.lean_receiver import LeanReceiver
 
-from .browser import serve_process
+from .short_loadtest import short_loadtest
 
 H264, RTX = 96, 97
 
@@ -95,16 +92,7 @@ async def test_a_datagram_too_short_for_rtp_is_left_to_aiortc_at_the_socket() ->
 
 
 def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
-    serve = ("--encoder", "replay", "--resolution", "320x240", "--fps", "30", "--slots", "2")
-    with serve_process(*serve, log_path=tmp_path / "serve.log") as url:
-        done = subprocess.run(
-            [sys.executable, "-m", "render_server", "loadtest", "--server", url, "--streams", "2",
-             "--resolution", "320x240", "--fps", "30", "--duration", "5", "--ramp", "0.5",
-             "--min-fps", "20", "--report", str(tmp_path / "report"), "--json"],
-            capture_output=True, text=True, timeout=90,
-        )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    report = short_loadtest(tmp_path)
     assert report["config"]["receiver"] == "lean" and report["harness"]["receiver"] == "lean"
     check = report["server_check"]
     # the worker's counters are worker-wide (no per-stream sent counter): this run's streams
