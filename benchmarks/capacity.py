@@ -46,16 +46,21 @@ from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
 Row = tuple[str, str, str]  # what, result, how to reproduce
 
 
+def _hold_windows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each harness process's figures over the hold (`runner._measure_hold`)."""
+    return [p["hold_window"] for p in report["harness"]["processes"] if p.get("hold_window")]
+
+
 def _hold_packets_per_s(report: dict[str, Any]) -> float:
     """RTP packets the receivers got per second over the hold (all streams up), every harness
     process's window summed."""
-    windows = [p["hold_window"] for p in report["harness"]["processes"] if p.get("hold_window")]
+    windows = _hold_windows(report)
     return sum(w["packets"] / w["seconds"] for w in windows if w.get("seconds"))
 
 
 def _hold_cpu(report: dict[str, Any]) -> float:
     """The harness's cores over the hold."""
-    windows = [p["hold_window"] for p in report["harness"]["processes"] if p.get("hold_window")]
+    windows = _hold_windows(report)
     seconds = max((w.get("seconds", 0.0) for w in windows), default=0.0)
     return sum(w["cpu_s"] for w in windows) / seconds if seconds else 0.0
 

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiortc import RTCPeerConnection, RTCRtpCodecParameters
+from aiortc import RTCPeerConnection
 from aiortc.rtcdtlstransport import State
 from aiortc.rtp import RtpPacket, wrap_rtx
 
 from render_server.transport.counting_receiver import CountingReceiver
 
+from .receivers import H264, RTX, h264_receiver
 from .short_loadtest import short_loadtest
 
-H264, RTX = 96, 97
 SEGMENT = 120
 
 
@@ -41,11 +41,7 @@ def _keyed() -> Any:
 
 async def _counting() -> tuple[RTCPeerConnection, Any, CountingReceiver, list[tuple[int, ...]]]:
     pc = RTCPeerConnection()
-    receiver = pc.addTransceiver("video", direction="recvonly").receiver
-    codecs = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
-    codecs[H264] = RTCRtpCodecParameters("video/H264", 90000, payloadType=H264)
-    codecs[RTX] = RTCRtpCodecParameters("video/rtx", 90000, payloadType=RTX,
-                                        parameters={"apt": H264})  # fmt: skip
+    receiver = h264_receiver(pc)
     frames: list[tuple[int, ...]] = []
     counter = CountingReceiver(
         receiver, lambda ts, packets, size, _: frames.append((ts, packets, size))

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiortc import RTCPeerConnection, RTCRtpCodecParameters, RTCRtpHeaderExtensionParameters
+from aiortc import RTCPeerConnection, RTCRtpHeaderExtensionParameters
 from aiortc.rtcrtpparameters import RTCRtpParameters
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket, wrap_rtx
 
 from render_server.transport.lean_receiver import LeanReceiver
 
+from .receivers import H264, RTX, h264_receiver
 from .short_loadtest import short_loadtest
-
-H264, RTX = 96, 97
 
 
 def _packet(seq: int, marker: int, payload: bytes, **changes: object) -> RtpPacket:
@@ -26,11 +25,7 @@ def _packet(seq: int, marker: int, payload: bytes, **changes: object) -> RtpPack
 
 async def test_the_lean_receiver_reads_header_payload_and_rtx_and_feeds_receiver_reports() -> None:
     pc = RTCPeerConnection()
-    receiver = pc.addTransceiver("video", direction="recvonly").receiver
-    codecs = receiver._RTCRtpReceiver__codecs  # type: ignore[attr-defined]
-    codecs[H264] = RTCRtpCodecParameters("video/H264", 90000, payloadType=H264)
-    codecs[RTX] = RTCRtpCodecParameters("video/rtx", 90000, payloadType=RTX,
-                                        parameters={"apt": H264})  # fmt: skip
+    receiver = h264_receiver(pc)
     receiver._RTCRtpReceiver__rtx_ssrc[5678] = 1234  # type: ignore[attr-defined]
     seen: list[tuple[int, int, int, bytes]] = []
     codec_names: list[str] = []

@@ -20,12 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from aioice.ice import StunProtocol
 from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
 from render_server.transport.lean_receiver import LeanReceiver, SeenPacket
-from render_server.transport.udp_gro import read_coalesced
 
 # (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic())
 FrameCounted = Callable[[int, int, int, float], None]
@@ -54,25 +52,17 @@ class CountingReceiver(LeanReceiver):
         self._bytes = 0
         super().__init__(receiver, _ignore)
 
-    def _hook_sockets(self, dtls: Any, aiortcs: Callable[..., Any]) -> None:
-        connection = getattr(getattr(dtls, "transport", None), "_connection", None)
-        for protocol in getattr(connection, "_protocols", ()):
-            if not isinstance(protocol, StunProtocol):
-                continue
-            received = protocol.datagram_received
-            if getattr(received, "lean", False):
-                continue
-            take = self._taker(dtls)
+    def _readers(
+        self, dtls: Any, original: Callable[[Any, Any], None], aiortcs: Callable[..., Any]
+    ) -> tuple[Callable[[Any, Any], None], Callable[[bytes, int, Any], int] | None]:
+        take = self._taker(dtls)
 
-            def counted(data: Any, addr: Any, take: Any = take, received: Any = received) -> None:
-                if not take(data, 0, addr):
-                    received(data, addr)
+        def counted(data: Any, addr: Any) -> None:
+            if not take(data, 0, addr):
+                original(data, addr)
 
-            counted.lean = True  # type: ignore[attr-defined]
-            setattr(protocol, "datagram_received", counted)  # noqa: B010 (aioice's object)
-            transport = getattr(protocol, "transport", None)
-            if transport is not None:
-                read_coalesced(transport, counted, protocol.error_received, self.gro, take)
+        counted.lean = True  # type: ignore[attr-defined]
+        return counted, take
 
     def _taker(self, dtls: Any) -> Callable[[bytes, int, Any], int]:
         codecs, stats, streams = self._codecs, self.stats, self._streams

@@ -122,11 +122,21 @@ class LeanReceiver:
                 continue
             received = protocol.datagram_received
             if not getattr(received, "lean", False):
-                direct = self._direct(dtls, received, aiortcs)
+                direct, take_run = self._readers(dtls, received, aiortcs)
                 setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
                 transport = getattr(protocol, "transport", None)
                 if transport is not None:  # a relayed "socket" (TURN) has none of its own
-                    read_coalesced(transport, direct, protocol.error_received, self.gro)
+                    read_coalesced(transport, direct, protocol.error_received, self.gro, take_run)
+
+    def _readers(
+        self,
+        dtls: Any,
+        original: Callable[[Any, Any], None],
+        aiortcs: Callable[[bytes, int], Awaitable[None]],
+    ) -> tuple[Callable[[Any, Any], None], Callable[[bytes, int, Any], int] | None]:
+        """What reads one socket: a datagram at a time (marked `lean`), and a whole coalesced
+        run where that is cheaper (`udp_gro.read_coalesced`'s `take_run`; None: datagrams)."""
+        return self._direct(dtls, original, aiortcs), None
 
     def _direct(
         self,

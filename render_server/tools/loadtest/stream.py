@@ -79,7 +79,6 @@ class StreamProbe:
         self.t0_ms = t0_ms
         self.result = StreamResult(index, process)
         self._lean: LeanReceiver | None = None
-        self._counted = 0  # frames `CountingReceiver` reported
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: StreamDecoder | None = None
@@ -289,10 +288,9 @@ class StreamProbe:
 
     def _on_counted(self, rtp: int, packets: int, size: int, arrival_ms: float) -> None:
         """A frame that `CountingReceiver` saw end (its datagram bytes: nothing decrypted)."""
-        self._counted += 1
         frame = ObservedFrame(
             rtp=rtp, first_ms=arrival_ms, last_ms=arrival_ms, size=size, packets=packets,
-            lost=0, keyframe=False, complete=True, index=self._counted - 1,
+            lost=0, keyframe=False, complete=True, index=self.result.frames,
             codec=self.config.codec,
         )  # fmt: skip
         self._on_frame(frame, b"")
