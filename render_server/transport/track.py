@@ -21,11 +21,14 @@ from render_server.ticks import on_grid
 
 RTP_CLOCK = 90_000
 # In a long move each frame waits out the frame-rate cap, and the event loop wakes it late
-# (epoll's timeout is rounded up to the next millisecond, and the VM adds its own): counted from
-# each late start, every frame pushed all later ones back (a 30 fps drag held 29.1 fps, 60 fps
-# 57.2). The cap counts from when the frame was due, forgiving up to this much lateness, so two
-# new frames are never closer than an interval less this.
-WAKE_SLACK_S = 0.002
+# (epoll's timeout is rounded up to the next millisecond, the VM adds its own, and a loaded
+# worker serves every session's frame of a tick in turn). Counted from each late start, every
+# frame pushed all later ones back: a 30 fps drag held 29.1 fps, 60 fps 57.2. With up to 2 ms
+# forgiven, 20 × 4K30 on one process still held 28.3-29.7 fps, its later frames of a tick
+# starting up to 15 ms late. So the cap counts from when the frame was due, forgiving lateness
+# up to this fraction of the frame interval: the rate holds, and two new frames are never
+# closer than half an interval (a browser's jitter buffer evens that out).
+WAKE_SLACK = 0.5
 
 Camera = TypeVar("Camera")
 Camera_contra = TypeVar("Camera_contra", contravariant=True)
@@ -88,7 +91,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
         self._next_tick: float | None = None
         self._last_camera: float | None = None
         self._last_sent = -float("inf")  # loop time of the last frame's start
-        self._last_new = -float("inf")  # ... and when the last new one was due (WAKE_SLACK_S)
+        self._last_new = -float("inf")  # ... and when the last new one was due (WAKE_SLACK)
         self._input_pending = False  # input came while no tick was awaited
         self._waiter: asyncio.Future[bool] | None = None
         self._t0 = time.monotonic()
@@ -101,7 +104,7 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
     def set_fps(self, fps: float) -> None:
         """Pace frames at `fps` from the next tick on."""
         self._interval = 1.0 / fps
-        self._wake_slack = min(WAKE_SLACK_S, self._interval / 8)
+        self._wake_slack = self._interval * WAKE_SLACK
         # half the rate by default: a gap under three frame intervals is no freeze to a browser
         idle = min(self._idle_fps or fps / 2, fps)
         self._idle_interval = 1.0 / idle
@@ -185,7 +188,10 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
             self._last_sent = started
             if not still:
                 due = self._last_new + self._interval  # in a move, when this frame was due
-                self._last_new = max(due, started - self._wake_slack)
+                if started - due > self._interval:  # no move under way: the cap counts from now
+                    self._last_new = started
+                else:
+                    self._last_new = max(due, started - self._wake_slack)
             pts = int((now - self._t0) * RTP_CLOCK)
             try:
                 if self._pipeline.cheap:
