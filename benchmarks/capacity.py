@@ -2,6 +2,7 @@
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
         [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 48]
+        [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -12,10 +13,10 @@ commands.
 scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at 25
          Mbit/s, 15 s hold): the packets per second it sent over the hold, per server
          `--processes` value, and the ratio of each to the first. The harness is a sink here
-         (`--receiver count --no-drag`: packets and frames counted from the SRTP headers,
-         nothing decrypted), so that the server, not the harness, has this machine's cores;
-         the lean harness costs about what the server does and would halve what it could
-         use.
+         (`--receiver count --decode none --no-drag`: packets and frames counted from the
+         SRTP headers, nothing decrypted), so that the server, not the harness, has this
+         machine's cores; the lean harness costs about what the server does and would halve
+         what it could use.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
@@ -83,6 +84,12 @@ def main() -> int:
         "--scaling-streams", type=int, default=48, help="4K60 streams of the scaling runs"
     )
     parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
+    parser.add_argument(
+        "--receiver",
+        choices=("lean", "count"),
+        default="lean",
+        help="the harness's receiver in 4k30 (count: sampled keyframes decrypted and decoded)",
+    )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     pools = [p.strip() for p in args.server_processes.split(",") if p.strip()]
@@ -114,6 +121,7 @@ def main() -> int:
                 serve_args, f"4k30-p{p}", "--streams", "20", "--resolution", "3840x2160",
                 "--fps", "30", "--duration", str(args.hold), "--ramp", "10",
                 "--processes", args.harness_processes, "--min-fps", "29",
+                "--receiver", args.receiver,
             )  # fmt: skip
             ok = held(report, 29)
             note(f"20 × 4K30 15 Mbit/s, replay, server --processes {p}",
@@ -130,7 +138,7 @@ def main() -> int:
             report, cpu, how = run(
                 serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
                 "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
-                "--receiver", "count", "--no-drag", cpu_samples=samples,
+                "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
             )  # fmt: skip
             rate = _hold_packets_per_s(report)
             rates.append((p, rate))

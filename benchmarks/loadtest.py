@@ -1,7 +1,7 @@
 """Load-test figures on this machine, everything on loopback, each server started here.
 
     python benchmarks/loadtest.py [--hold 30] [--search-hold 10] [--skip a,b,c,d]
-        [--processes 2] [--max-4k 12] [--send-streams 8] [--send-hold 10]
+        [--processes 2] [--max-4k 12] [--receiver lean|count] [--send-streams 8] [--send-hold 10]
         [--send-rounds 3] [--send-profile 720p30|4k60]
 
 (a) `--encoder replay`, 20 streams of 1280x720 at 30 fps, 4 Mbps each: every stream ≥ 29 fps,
@@ -405,6 +405,12 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=2, help="harness processes")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: a,b,c,d")
     parser.add_argument("--max-4k", type=int, default=12, help="where the (b) search stops")
+    parser.add_argument(
+        "--receiver",
+        choices=("lean", "count"),
+        default="lean",
+        help="the harness's receiver in (b) (count: sampled keyframes decrypted and decoded)",
+    )
     parser.add_argument("--send-streams", type=int, default=8, help="streams of (c)")
     parser.add_argument("--send-hold", type=float, default=10.0, help="window of (c), seconds")
     parser.add_argument("--send-rounds", type=int, default=3, help="windows of (c), in a row")
@@ -480,7 +486,7 @@ def main() -> int:
                 return loadtest(
                     url, pid, work / f"b{n}", "--streams", str(n), "--resolution", "3840x2160",
                     "--fps", "60", "--duration", str(hold), "--ramp", "2", "--processes", p,
-                    "--min-fps", "58",
+                    "--min-fps", "58", "--receiver", args.receiver,
                 )  # fmt: skip
 
             report, cpu, cmd = run_4k(4, args.hold)

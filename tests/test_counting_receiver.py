@@ -1,6 +1,7 @@
 """The counting receiver: frames and packets read off SRTP headers in the clear, a coalesced run
-at a time. Its reading of a run, what it leaves to aiortc, and a real run whose frames and
-packets match what the worker's /metrics says it sent."""
+at a time. Its reading of a run, what it leaves to aiortc, the keyframes it unprotects whole
+for the sampler (and the frames it does not), and a real run whose frames and packets match
+what the worker's /metrics says it sent, its sampled keyframes decoded."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pylibsrtp
 from aiortc import RTCPeerConnection
 from aiortc.rtcdtlstransport import State
 from aiortc.rtp import RtpPacket, wrap_rtx
 
+from render_server.tools.loadtest.sampling import KeyframeSampler
+from render_server.tools.measure.frames import ObservedFrame
 from render_server.transport.counting_receiver import CountingReceiver
 
 from .receivers import H264, RTX, h264_receiver
@@ -90,9 +94,99 @@ async def test_what_is_not_keyed_srtp_media_is_left_to_aiortc() -> None:
     await pc.close()
 
 
+KEY = bytes(range(30))  # SRTP master key and salt
+
+
+def _srtp_pair() -> tuple[pylibsrtp.Session, pylibsrtp.Session]:
+    """A sender's session and the receiver's, keyed alike."""
+    sending = pylibsrtp.Session(pylibsrtp.Policy(KEY, pylibsrtp.Policy.SSRC_ANY_OUTBOUND))
+    receiving = pylibsrtp.Session(pylibsrtp.Policy(KEY, pylibsrtp.Policy.SSRC_ANY_INBOUND))
+    return sending, receiving
+
+
+def _fu_a(nal_type: int, body: bytes, parts: int) -> list[bytes]:
+    """An H.264 NAL unit (header 0x60 | nal_type) cut into `parts` FU-A payloads."""
+    size = -(-len(body) // parts)
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    payloads = []
+    for i, piece in enumerate(pieces):
+        flags = (0x80 if i == 0 else 0) | (0x40 if i == len(pieces) - 1 else 0)
+        payloads.append(bytes([0x7C, flags | nal_type]) + piece)
+    return payloads
+
+
+async def test_sampled_keyframes_are_unprotected_whole_and_other_frames_only_peeked() -> None:
+    pc = RTCPeerConnection()
+    receiver = h264_receiver(pc)
+    sending, receiving = _srtp_pair()
+    samples: list[tuple[ObservedFrame, bytes]] = []
+    sampler = KeyframeSampler(lambda f, unit: samples.append((f, unit)), every=2, codec="H264")
+    frames: list[int] = []
+
+    def counted(ts: int, packets: int, size: int, arrival: float) -> None:
+        frames.append(ts)
+        sampler.counted()
+
+    counter = CountingReceiver(receiver, counted, sampler)
+    keyed = _keyed()
+    keyed._rx_srtp = receiving
+    take = counter._taker(keyed)
+    idr, inter = bytes(range(1, 200)), bytes(range(50, 230))
+    sequence = 100
+
+    def frame(timestamp: int, payloads: list[bytes], lose: int | None = None) -> None:
+        nonlocal sequence
+        for i, payload in enumerate(payloads):
+            packet = RtpPacket(payload_type=H264, marker=int(i == len(payloads) - 1),
+                               sequence_number=sequence, timestamp=timestamp, ssrc=1234,
+                               payload=payload)  # fmt: skip
+            sequence += 1
+            if i != lose:
+                assert take(sending.protect(packet.serialize()), 0, None) == 1
+
+    frame(3000, _fu_a(5, idr, 3))  # the first keyframe is sampled
+    frame(6000, _fu_a(1, inter, 3))  # not due: not even peeked
+    frame(9000, _fu_a(1, inter, 3))  # due (2 frames since): peeked, not taken
+    frame(12000, _fu_a(5, idr, 3), lose=1)  # taken, but a packet never came
+    frame(15000, _fu_a(5, idr, 4))  # still due: taken whole
+    assert frames == [3000, 6000, 9000, 12000, 15000]
+    assert [(f.rtp, f.keyframe, f.complete) for f, _ in samples] == [
+        (3000, True, True), (12000, True, False), (15000, True, True)
+    ]  # fmt: skip
+    whole = b"\x00\x00\x00\x01\x65" + idr  # the NAL unit as the decoder takes it
+    assert [unit for _, unit in samples] == [whole, b"", whole]
+    assert sampler.last_rtp == 15000 and not sampler.wants()
+    # 3 + 1 (peeked) + 2 (of the 3 sent) + 4; the other frames' packets stayed encrypted
+    assert counter.unprotected == 10 and counter.stats.unprotect_failed == 0
+    assert counter.stats.packets == 15 and counter.lost_packets == 1
+    await pc.close()
+
+
+async def test_a_sampled_packet_that_does_not_unprotect_ends_the_sample() -> None:
+    pc = RTCPeerConnection()
+    receiver = h264_receiver(pc)
+    sending, receiving = _srtp_pair()
+    samples: list[bytes] = []
+    sampler = KeyframeSampler(lambda f, unit: samples.append(unit), every=1, codec="H264")
+    counter = CountingReceiver(receiver, lambda *_: sampler.counted(), sampler)
+    keyed = _keyed()
+    keyed._rx_srtp = receiving
+    take = counter._taker(keyed)
+    for seq, payload in enumerate(_fu_a(5, bytes(range(1, 200)), 3)):
+        data = sending.protect(RtpPacket(payload_type=H264, marker=int(seq == 2),
+                                         sequence_number=seq, timestamp=3000, ssrc=1234,
+                                         payload=payload).serialize())  # fmt: skip
+        if seq == 1:
+            data = data[:-1] + bytes([data[-1] ^ 1])  # its tag no longer matches
+        assert take(data, 0, None) == 1  # still counted
+    assert samples == [b""] and counter.stats.unprotect_failed == 1
+    assert counter.stats.packets == 3 and sampler.wants()
+    await pc.close()
+
+
 def test_the_counting_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
     report = short_loadtest(tmp_path, "--receiver", "count", "--no-drag")
-    assert report["harness"]["receiver"] == "count" and report["config"]["decode"] == "none"
+    assert report["harness"]["receiver"] == "count" and report["config"]["decode"] == "keyframes"
     check = report["server_check"]
     assert check["server_sessions_started"] == 2
     assert abs(check["frames_ratio"] - 1) <= 0.01, check
@@ -100,16 +194,19 @@ def test_the_counting_harness_counts_what_the_worker_sent(tmp_path: Path) -> Non
     # datagram bytes: the worker's encoded bytes plus RTP headers and SRTP's tag
     assert 1.0 < check["bytes_ratio"] < 1.5, check
     for s in report["streams"]:
-        assert s["state"] == "closed" and s["frames"] > 60 and s["decode"] is None
+        assert s["state"] == "closed" and s["frames"] > 60 and s["lost_packets"] == 0
         assert s["socket_packets"] >= s["packets"] > 60, s
+        # the sampled keyframes, unprotected whole, decode to the size asked for
+        assert s["decode_ok"] is True and s["decode"]["decoded"] >= 1, s["decode"]
+        assert s["keyframes"] == s["decode"]["offered"], s
     assert report["harness"]["hold_packets_per_cpu_s"] > 0
 
 
-def test_the_counting_harness_refuses_to_decode(tmp_path: Path) -> None:
+def test_the_counting_harness_refuses_to_decode_every_frame(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "render_server", "loadtest", "--server", "http://127.0.0.1:9",
-         "--receiver", "count", "--decode", "keyframes", "--report", str(tmp_path)],
+         "--receiver", "count", "--decode", "all", "--report", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "--receiver count decrypts nothing, so it cannot decode" in done.stderr
+    assert "--receiver count decrypts only the keyframes it samples" in done.stderr

@@ -14,7 +14,7 @@ import pytest
 from aiortc import RTCPeerConnection, RTCRtpSender
 from aiortc.codecs.vpx import Vp8Encoder, VpxPayloadDescriptor
 
-from render_server.tools.loadtest.stream import SamplingAssembler
+from render_server.tools.loadtest.sampling import SamplingAssembler
 from render_server.tools.measure.frames import (
     FrameAssembler,
     FrameDecoder,

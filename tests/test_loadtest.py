@@ -182,7 +182,7 @@ def test_worker_counters_sum_over_labels() -> None:
 
 
 def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:
-    from render_server.tools.loadtest.stream import SamplingAssembler
+    from render_server.tools.loadtest.sampling import SamplingAssembler
 
     kept: list[tuple[int, bool, int]] = []
 

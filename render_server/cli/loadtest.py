@@ -84,8 +84,8 @@ def add_loadtest(sub: SubParsers) -> None:
         metavar="MODE",
         help="keyframes: a sampled keyframe (once per --decode-every frames); every N:"
         " the same, once per N frames (a P-frame cannot be decoded without every "
-        "frame back to its keyframe); all: every frame, in order; none (keyframes; "
-        "none with --receiver count)",
+        "frame back to its keyframe); all: every frame, in order (not with --receiver "
+        "count); none (keyframes)",
     )
     p.add_argument(
         "--decoder",
@@ -111,9 +111,8 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument("--receiver", choices=("lean", "full", "count"), default="lean",
                    help="lean: count frames on the marker bit straight from the decrypted RTP "
                    "(receiver reports only, no NACK); full: aiortc's whole receive path; "
-                   "count: packets and frames from the SRTP headers in the clear, nothing "
-                   "decrypted or decoded, a sink for measuring what a server sends "
-                   "(%(default)s)")  # fmt: skip
+                   "count: packets and frames from the SRTP headers in the clear, only the "
+                   "sampled keyframes decrypted and decoded (%(default)s)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
@@ -130,7 +129,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     from render_server.tools.loadtest.server import ServerUnreachable
 
     try:
-        words = args.decode or (["none"] if args.receiver == "count" else ["keyframes"])
+        words = args.decode or ["keyframes"]
         decode, every = _decode_mode(words, args.decode_every)
         config = LoadTestConfig(
             server=args.server, streams=args.streams, resolution=Resolution.parse(args.resolution),

@@ -3,9 +3,12 @@
 SRTP encrypts an RTP packet's payload, not its header: sequence number, timestamp, marker bit
 and payload type stay in the clear. `CountingReceiver` reads them where the socket receives
 them, a coalesced run (`udp_gro`) at a time, and reports each frame as its marker packet comes
-(the RTP timestamp, packets and datagram bytes since the previous marker). Nothing is
-authenticated, decrypted, reassembled or decoded, so it says what a server sent, never that a
-viewer could show it: a run that must prove the picture uses `LeanReceiver`.
+(the RTP timestamp, packets and datagram bytes since the previous marker). Nothing else is
+authenticated, decrypted, reassembled or decoded, but for the frames a `FrameSampler` asks for:
+while it wants one, the first packet of each frame is unprotected and shown to it, and where it
+takes the frame (a keyframe, to decode), so is every packet up to the frame's marker. That
+proves the picture now and then, as the lean receiver's sampled decode does, at the price of
+one unprotect per frame while a sample is due; `LeanReceiver` authenticates every packet.
 
 Its use is to take the harness off the CPU a server is measured on: counting a 4K60 frame
 costs one read and a loop over its datagrams' first bytes, against an unprotect and a header
@@ -18,12 +21,13 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+import pylibsrtp
 from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
-from render_server.transport.lean_receiver import LeanReceiver, SeenPacket
+from render_server.transport.lean_receiver import LeanReceiver, SeenPacket, payload_bounds
 
 # (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic())
 FrameCounted = Callable[[int, int, int, float], None]
@@ -37,20 +41,53 @@ def _ignore(*_: Any) -> None:
     pass
 
 
+class FrameSampler(Protocol):
+    """Which frames `CountingReceiver` unprotects and hands on whole (their payloads)."""
+
+    def wants(self) -> bool:
+        """A sample is due: show me the first packet of each frame until I take one."""
+        ...
+
+    def begin(self, payload: bytes) -> bool:
+        """A frame's first packet's payload: True to take the frame (its packets follow,
+        this one included, through `add`)."""
+        ...
+
+    def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
+        """A packet of the frame taken (the receiver hook's `on_packet` signature)."""
+        ...
+
+    def end(self) -> None:
+        """The frame taken is over: its marker came, or a packet of it did not unprotect."""
+        ...
+
+
 class CountingReceiver(LeanReceiver):
     """Takes one receiver's video off aiortc's path and counts it (see the module). Create it
     right after `addTransceiver`; call `rehook` after negotiating, as for `LeanReceiver`.
 
     `stats.direct` counts the SRTP datagrams counted here, `stats.packets` those of the
     media's payload types, `repairs` the others (RTX: retransmissions and probe padding, or
-    a payload type not negotiated)."""
+    a payload type not negotiated); `stats.unprotect_failed` the sampled packets SRTP
+    refused, `unprotected` those it took."""
 
-    def __init__(self, receiver: RTCRtpReceiver, on_frame: FrameCounted) -> None:
+    def __init__(
+        self, receiver: RTCRtpReceiver, on_frame: FrameCounted, sampler: FrameSampler | None = None
+    ) -> None:
         self.on_frame = on_frame
+        self.sampler = sampler
         self.repairs = 0
+        self.unprotected = 0
         self._packets = 0  # of the frame under way, since the last marker
         self._bytes = 0
+        self._sampling = False  # the frame under way is the sampler's
         super().__init__(receiver, _ignore)
+
+    @property
+    def lost_packets(self) -> int:
+        """Media packets lost so far, as the receiver reports tell the sender (sequence
+        numbers never seen)."""
+        return sum(stream.packets_lost for stream in self._streams.values())
 
     def _readers(
         self, dtls: Any, original: Callable[[Any, Any], None], aiortcs: Callable[..., Any]
@@ -65,7 +102,7 @@ class CountingReceiver(LeanReceiver):
         return counted, take
 
     def _taker(self, dtls: Any) -> Callable[[bytes, int, Any], int]:
-        codecs, stats, streams = self._codecs, self.stats, self._streams
+        codecs, stats, streams, sampler = self._codecs, self.stats, self._streams, self.sampler
         rates: dict[int, int] = {}  # payload type → the media's clock rate, 0 for RTX
 
         def rate_of(payload_type: int) -> int:
@@ -103,11 +140,16 @@ class CountingReceiver(LeanReceiver):
                 if rate <= 0:
                     continue
                 media += 1
+                if sampler is not None and (self._sampling or packets == 0 and sampler.wants()):
+                    self._sample(dtls, run[start : start + step], now, packets == 0)
                 packets += 1
                 sent += step if start + step <= size else size - start
                 last, clock_rate = start, rate
                 first = start if first < 0 else first
                 if second & 0x80:
+                    if self._sampling:
+                        self._sampling = False
+                        sampler.end()  # type: ignore[union-attr]
                     self.on_frame(_TIMESTAMP.unpack_from(run, start + 4)[0], packets, sent, now)
                     packets = sent = 0
             self._packets, self._bytes = packets, sent
@@ -132,3 +174,27 @@ class CountingReceiver(LeanReceiver):
             return count
 
         return take
+
+    def _sample(self, dtls: Any, datagram: bytes, arrival_ms: float, first: bool) -> None:
+        """Unprotect a datagram of a frame the sampler wants or may want (`first`: the frame's
+        first packet, which decides) and hand it on."""
+        sampler = self.sampler
+        assert sampler is not None
+        try:
+            plain = dtls._rx_srtp.unprotect(datagram)
+        except pylibsrtp.Error:
+            self.stats.unprotect_failed += 1
+            if self._sampling:
+                self._sampling = False
+                sampler.end()  # the frame cannot be whole
+            return
+        self.unprotected += 1
+        bounds = payload_bounds(plain)
+        if bounds is None:
+            return
+        payload = plain[bounds[0] : bounds[1]]
+        if first:
+            self._sampling = sampler.begin(payload)
+        if self._sampling:
+            seq, timestamp, _ = _HEADER.unpack_from(plain, 2)
+            sampler.add(seq, timestamp, plain[1] >> 7, payload, arrival_ms)

@@ -64,6 +64,18 @@ class LeanStats:
     unprotect_failed: int = 0  # of those, datagrams SRTP refused (dropped, as aiortc does)
 
 
+def payload_bounds(data: bytes) -> tuple[int, int] | None:
+    """Where an RTP packet's payload starts and ends (CSRCs, header extension and padding
+    skipped); None when the packet is too short for its own header."""
+    start = 12 + 4 * (data[0] & 0x0F)
+    if data[0] & 0x10:  # a header extension: skipped whole
+        if len(data) < start + 4:
+            return None
+        start += 4 + 4 * _LENGTH.unpack_from(data, start + 2)[0]
+    end = len(data) - (data[-1] if data[0] & 0x20 else 0)
+    return None if end < start else (start, end)
+
+
 class LeanReceiver:
     """Takes one receiver's video off aiortc's per-packet path. Create it right after
     `addTransceiver`, and call `rehook` after negotiating (BUNDLE may have given the receiver
@@ -180,16 +192,11 @@ class LeanReceiver:
             return False
         stats.packets += 1
         seq, timestamp, ssrc = _HEADER.unpack_from(data, 2)
-        start = 12 + 4 * (data[0] & 0x0F)
-        if data[0] & 0x10:  # a header extension: skipped whole
-            if len(data) < start + 4:
-                stats.malformed += 1
-                return True
-            start += 4 + 4 * _LENGTH.unpack_from(data, start + 2)[0]
-        end = len(data) - (data[-1] if data[0] & 0x20 else 0)
-        if end < start:
+        bounds = payload_bounds(data)
+        if bounds is None:
             stats.malformed += 1
             return True
+        start, end = bounds
         statistics = self._streams.get(ssrc)
         if statistics is None:
             statistics = self._streams[ssrc] = StreamStatistics(codec.clockRate)

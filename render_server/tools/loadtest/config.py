@@ -42,7 +42,7 @@ class LoadTestConfig:
     seed: int = 0
     # lean: RTP counted straight from the decrypted datagram; full: through aiortc's receiver
     # (jitter buffer, depacketizer, NACK), as before; count: from the SRTP headers in the
-    # clear, nothing decrypted (what the server sends, not what a viewer could show)
+    # clear, only the sampled keyframes decrypted
     receiver: str = "lean"
     decode: str = "keyframes"  # none, keyframes (sampled, see decode_every), all
     decoder: str = "auto"  # auto, cpu, nvdec
@@ -52,9 +52,10 @@ class LoadTestConfig:
             raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         if self.receiver not in RECEIVERS:
             raise ConfigError(f"--receiver must be lean, full or count, not {self.receiver!r}")
-        if self.receiver == "count" and self.decode != "none" and self.decode_every > 0:
+        if self.receiver == "count" and self.decode == "all" and self.decode_every > 0:
             raise ConfigError(
-                "--receiver count decrypts nothing, so it cannot decode: use --decode none"
+                "--receiver count decrypts only the keyframes it samples: --decode all needs "
+                "--receiver lean or full"
             )
         if self.decode not in DECODE_MODES:
             raise ConfigError(

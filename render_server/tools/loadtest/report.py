@@ -370,9 +370,16 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"{_fmt(h['hold_packets_per_cpu_s'], '.0f')} RTP packets per CPU-second"
     )
     if h["receiver"] == "count":
+        asked = report["config"]
+        decoding = asked.get("decode", "none") != "none" and asked.get("decode_every", 0) > 0
         lines.append(
-            "count receiver: frames and packets read from the SRTP headers in the clear, nothing "
-            "decrypted, reassembled or decoded: what the server sent, not what a viewer could show"
+            "count receiver: frames and packets read from the SRTP headers in the clear; "
+            + (
+                "only the sampled keyframes decrypted and decoded"
+                if decoding
+                else "nothing decrypted, reassembled or decoded: what the server sent, not what "
+                "a viewer could show"
+            )
         )
     check = report["server_check"]
     if "error" in check:

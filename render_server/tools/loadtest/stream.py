@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -27,6 +26,7 @@ from render_server.tools.loadtest.decoding import StreamDecoder, pick_decoder
 from render_server.tools.loadtest.drag import drag
 from render_server.tools.loadtest.frame_latency import FrameLatencies
 from render_server.tools.loadtest.result import StreamResult
+from render_server.tools.loadtest.sampling import KeyframeSampler, SamplingAssembler
 from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
@@ -40,31 +40,6 @@ END_WAIT_S = 5.0  # after session.end, how long the worker has to answer session
 PEER_CLOSED_GRACE_S = 1.0
 MAX_FREEZE_EVENTS = 100
 MAX_WORKER_ERRORS = 20  # error messages kept, from the signaling and the data channel
-
-
-class SamplingAssembler(FrameAssembler):
-    """A `FrameAssembler` that keeps payload bytes only for the frames it samples: a keyframe
-    once at least `every` frames have closed since the last sample, told by its first packet
-    in the stream's payload format. Depayloading every frame would cost the harness more than
-    receiving it."""
-
-    def __init__(self, on_frame: Callable[[ObservedFrame, bytes], None], every: int) -> None:
-        super().__init__(self._counted, keep_payload=False)
-        self.every = every
-        self.since_sample = every  # the first keyframe is sampled
-        self._deliver = on_frame
-        self._last_timestamp: int | None = None
-
-    def _counted(self, frame: ObservedFrame, access_unit: bytes) -> None:
-        """Count the frames closed since the last sample (one with bytes), then pass it on."""
-        self.since_sample = 0 if access_unit else self.since_sample + 1
-        self._deliver(frame, access_unit)
-
-    def add(self, seq: int, timestamp: int, marker: int, payload: bytes, arrival_ms: float) -> None:
-        if timestamp != self._last_timestamp:  # (likely) a frame's first packet
-            self._last_timestamp = timestamp
-            self.keep_payload = self.since_sample >= self.every and self.format.keyframe(payload)
-        super().add(seq, timestamp, marker, payload, arrival_ms)
 
 
 class StreamFailed(Exception):
@@ -85,6 +60,9 @@ class StreamProbe:
         mode = config.decode if config.decode_every > 0 else "none"
         if mode != "none":
             self.decoder = StreamDecoder(mode, *pick_decoder(config.decoder, config.codec))
+        self._sampler: KeyframeSampler | None = None  # the counting receiver's
+        if mode == "keyframes" and config.receiver == "count":
+            self._sampler = KeyframeSampler(self._on_sampled, config.decode_every, config.codec)
         if mode == "keyframes":
             self.assembler: FrameAssembler = SamplingAssembler(self._on_frame, config.decode_every)
         else:  # "all" needs every frame's bytes
@@ -190,7 +168,7 @@ class StreamProbe:
         if self.config.receiver == "lean":
             lean = self._lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
         elif self.config.receiver == "count":
-            lean = self._lean = CountingReceiver(receiver, self._on_counted)
+            lean = self._lean = CountingReceiver(receiver, self._on_counted, self._sampler)
         else:
             observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
@@ -256,6 +234,8 @@ class StreamProbe:
         r.duplicate_packets = stats.duplicates
         r.incomplete_frames = stats.incomplete
         r.lost_packets = stats.lost_packets
+        if isinstance(self._lean, CountingReceiver):  # the assembler sees no packet
+            r.lost_packets = self._lean.lost_packets
         latency = self.latency
         r.timing_records, r.bad_timing = latency.record_count, latency.bad_timing
         if latency.clock.samples:
@@ -287,13 +267,22 @@ class StreamProbe:
         receiver._send_rtcp_pli = pli  # type: ignore[method-assign]
 
     def _on_counted(self, rtp: int, packets: int, size: int, arrival_ms: float) -> None:
-        """A frame that `CountingReceiver` saw end (its datagram bytes: nothing decrypted)."""
+        """A frame that `CountingReceiver` saw end (its datagram bytes; a keyframe only where
+        it was sampled: nothing else was decrypted)."""
+        sampler = self._sampler
         frame = ObservedFrame(
             rtp=rtp, first_ms=arrival_ms, last_ms=arrival_ms, size=size, packets=packets,
-            lost=0, keyframe=False, complete=True, index=self.result.frames,
-            codec=self.config.codec,
+            lost=0, keyframe=sampler is not None and sampler.last_rtp == rtp,
+            complete=True, index=self.result.frames, codec=self.config.codec,
         )  # fmt: skip
+        if sampler is not None:
+            sampler.counted()
         self._on_frame(frame, b"")
+
+    def _on_sampled(self, frame: ObservedFrame, access_unit: bytes) -> None:
+        """A frame the counting receiver unprotected whole for `KeyframeSampler`."""
+        if self.decoder is not None and not self._closing:
+            self.decoder.offer(frame, access_unit)
 
     def _on_frame(self, frame: ObservedFrame, access_unit: bytes) -> None:
         r = self.result
