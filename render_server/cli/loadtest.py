@@ -81,6 +81,7 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument(
         "--decode",
         nargs="+",
+        default=["keyframes"],
         metavar="MODE",
         help="keyframes: a sampled keyframe (once per --decode-every frames); every N:"
         " the same, once per N frames (a P-frame cannot be decoded without every "
@@ -129,8 +130,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     from render_server.tools.loadtest.server import ServerUnreachable
 
     try:
-        words = args.decode or ["keyframes"]
-        decode, every = _decode_mode(words, args.decode_every)
+        decode, every = _decode_mode(args.decode, args.decode_every)
         config = LoadTestConfig(
             server=args.server, streams=args.streams, resolution=Resolution.parse(args.resolution),
             fps=args.fps, duration_s=args.duration, ramp_s=args.ramp, processes=args.processes,
@@ -142,7 +142,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if config.decode != "none" and config.decode_every > 0 and config.decoder != "cpu":
+    if config.decode_mode != "none" and config.decoder != "cpu":
         from render_server.tools.loadtest.decoding import DecoderUnavailable, pick_decoder
 
         try:

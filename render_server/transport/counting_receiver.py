@@ -148,8 +148,7 @@ class CountingReceiver(LeanReceiver):
                 first = start if first < 0 else first
                 if second & 0x80:
                     if self._sampling:
-                        self._sampling = False
-                        sampler.end()  # type: ignore[union-attr]
+                        self._end_sample()
                     self.on_frame(_TIMESTAMP.unpack_from(run, start + 4)[0], packets, sent, now)
                     packets = sent = 0
             self._packets, self._bytes = packets, sent
@@ -185,8 +184,7 @@ class CountingReceiver(LeanReceiver):
         except pylibsrtp.Error:
             self.stats.unprotect_failed += 1
             if self._sampling:
-                self._sampling = False
-                sampler.end()  # the frame cannot be whole
+                self._end_sample()  # the frame cannot be whole
             return
         self.unprotected += 1
         bounds = payload_bounds(plain)
@@ -198,3 +196,8 @@ class CountingReceiver(LeanReceiver):
         if self._sampling:
             seq, timestamp, _ = _HEADER.unpack_from(plain, 2)
             sampler.add(seq, timestamp, plain[1] >> 7, payload, arrival_ms)
+
+    def _end_sample(self) -> None:
+        self._sampling = False
+        if self.sampler is not None:
+            self.sampler.end()

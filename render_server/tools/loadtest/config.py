@@ -52,7 +52,7 @@ class LoadTestConfig:
             raise ConfigError(f"--codec must be one of {', '.join(CODECS)}, not {self.codec!r}")
         if self.receiver not in RECEIVERS:
             raise ConfigError(f"--receiver must be lean, full or count, not {self.receiver!r}")
-        if self.receiver == "count" and self.decode == "all" and self.decode_every > 0:
+        if self.receiver == "count" and self.decode_mode == "all":
             raise ConfigError(
                 "--receiver count decrypts only the keyframes it samples: --decode all needs "
                 "--receiver lean or full"
@@ -96,6 +96,11 @@ class LoadTestConfig:
         return self.min_fps if self.min_fps is not None else DEFAULT_MIN_FPS_SHARE * self.fps
 
     @property
+    def decode_mode(self) -> str:
+        """What each stream decodes: `decode`, or none where `decode_every` is 0."""
+        return self.decode if self.decode_every > 0 else "none"
+
+    @property
     def hold_start_s(self) -> float:
         """Seconds after the run's start when the last stream has been asked for."""
         return self.ramp_s
@@ -112,4 +117,5 @@ class LoadTestConfig:
         out = asdict(self)
         out["resolution"] = f"{self.resolution.width}x{self.resolution.height}"
         out["token"] = "***" if self.token else None
+        out["decode_mode"] = self.decode_mode
         return out

@@ -370,8 +370,7 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"{_fmt(h['hold_packets_per_cpu_s'], '.0f')} RTP packets per CPU-second"
     )
     if h["receiver"] == "count":
-        asked = report["config"]
-        decoding = asked.get("decode", "none") != "none" and asked.get("decode_every", 0) > 0
+        decoding = report["config"].get("decode_mode", "none") != "none"
         lines.append(
             "count receiver: frames and packets read from the SRTP headers in the clear; "
             + (

@@ -57,7 +57,7 @@ class StreamProbe:
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: StreamDecoder | None = None
-        mode = config.decode if config.decode_every > 0 else "none"
+        mode = config.decode_mode
         if mode != "none":
             self.decoder = StreamDecoder(mode, *pick_decoder(config.decoder, config.codec))
         self._sampler: KeyframeSampler | None = None  # the counting receiver's
@@ -233,9 +233,10 @@ class StreamProbe:
         r.packets = self.packets
         r.duplicate_packets = stats.duplicates
         r.incomplete_frames = stats.incomplete
-        r.lost_packets = stats.lost_packets
-        if isinstance(self._lean, CountingReceiver):  # the assembler sees no packet
-            r.lost_packets = self._lean.lost_packets
+        lean = self._lean  # a counting receiver's assembler sees no packet
+        r.lost_packets = (
+            lean.lost_packets if isinstance(lean, CountingReceiver) else stats.lost_packets
+        )
         latency = self.latency
         r.timing_records, r.bad_timing = latency.record_count, latency.bad_timing
         if latency.clock.samples:
