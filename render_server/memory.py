@@ -1,16 +1,22 @@
-"""The process's memory policy: glibc's mmap threshold fixed at start, and what exists once
-the process has started moved out of the garbage collector's sight.
+"""The process's memory policy: glibc's mmap threshold fixed at start, asyncio's datagram reads
+sized to a datagram, and what exists once the process has started moved out of the garbage
+collector's sight.
 
-Light on purpose (the standard library only): the server processes (`cli/process.py`) use
-both, the load test's harness processes (`tools/loadtest/runner.py`) `settle_heap`."""
+Light on purpose (the standard library only): the server processes (`cli/process.py`,
+`cli/pool_child.py`) use all three, the load test's harness processes
+(`tools/loadtest/runner.py`) `size_datagram_reads` and `settle_heap`."""
 
 from __future__ import annotations
 
+import asyncio.selector_events
 import ctypes
 import gc
+from typing import Any, Final
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
+# a UDP datagram's payload is at most 65,507 bytes over IPv4, 65,527 over IPv6
+DATAGRAM_READ_BYTES: Final = 65_536
 
 
 def fix_mmap_threshold() -> None:
@@ -26,6 +32,24 @@ def fix_mmap_threshold() -> None:
     except OSError:
         return  # not glibc: its allocator has its own policy
     libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
+def size_datagram_reads() -> None:
+    """Read each datagram of asyncio's datagram transports into a buffer of a datagram's most,
+    not 256 KiB.
+
+    The transport reads with `recvfrom(max_size)`, and CPython allocates `max_size` bytes for
+    every read before shrinking them to the datagram. 256 KiB is over glibc's mmap threshold
+    (fixed or not: the shrunk block it frees never raises it), so each datagram costs an mmap,
+    a page fault, an mremap and a munmap: 13.9 us an 80-byte datagram here, 1.3 us with 64 KiB
+    (`benchmarks/datagram_reads.py`). aioice's sockets are such transports: every RTCP
+    packet, STUN check, data-channel chunk and input move a worker receives. 64 KiB holds any
+    UDP datagram whole.
+
+    Checked against CPython 3.11-3.13: `_SelectorDatagramTransport.max_size`, a class
+    attribute read at each read."""
+    transport: Any = getattr(asyncio.selector_events, "_SelectorDatagramTransport")  # noqa: B009
+    transport.max_size = DATAGRAM_READ_BYTES
 
 
 def settle_heap() -> None:

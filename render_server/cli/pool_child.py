@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from render_server import logs
 from render_server.config import ServerConfig, WorkerConfig
-from render_server.memory import fix_mmap_threshold
+from render_server.memory import fix_mmap_threshold, size_datagram_reads
 from render_server.metrics import Metrics
 from render_server.protocol.worker import ToSignaling
 from render_server.worker.pool_wire import (
@@ -140,6 +140,7 @@ def main(argv: list[str]) -> int:
     if os.getppid() == 1:  # the parent died before the line above: nobody to serve
         return 1
     fix_mmap_threshold()
+    size_datagram_reads()
     try:
         asyncio.run(serve_child(int(argv[0])))
     except Exception as exc:  # at start (a scene, a backend): the parent reports the exit

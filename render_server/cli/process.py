@@ -20,7 +20,7 @@ from aiohttp import web
 
 from render_server.backends.choice import Backends, BackendUnavailable, choose_backends
 from render_server.config import ServerConfig, WorkerConfig
-from render_server.memory import fix_mmap_threshold, settle_heap
+from render_server.memory import fix_mmap_threshold, settle_heap, size_datagram_reads
 from render_server.metrics import Metrics
 from render_server.render.builtin_scenes import default_scene
 from render_server.render.scene import Scene, SceneError
@@ -161,6 +161,7 @@ async def until_stopped() -> None:
 def run_process(main: Coroutine[Any, Any, None]) -> int:
     """Run a server process; what stops it at start is one line on stderr and exit code 2."""
     fix_mmap_threshold()
+    size_datagram_reads()
     try:
         asyncio.run(main)
     except SceneError as exc:

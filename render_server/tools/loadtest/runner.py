@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from render_server.memory import settle_heap
+from render_server.memory import settle_heap, size_datagram_reads
 from render_server.protocol.timing import now_ms
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.result import StreamResult
@@ -233,6 +233,7 @@ def _child_main(
     # a full collection over what aiortc and PyAV left at import would stall every stream of
     # this process for tens of ms (counted as a freeze): none of it is garbage
     settle_heap()
+    size_datagram_reads()  # the clients' RTCP, SCTP and ICE reads (media comes through udp_gro)
     messages.put(("ready", process))
     go.wait()
     t0_ms = float(origin.value)
