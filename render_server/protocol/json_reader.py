@@ -60,7 +60,7 @@ def read_json(data: str | bytes, limits: JsonLimits) -> Any:
             raise ProtocolError(ErrorCode.BAD_JSON, f"message is not UTF-8: {exc}") from None
     check_shape(text, limits.max_depth, limits.max_items)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(ErrorCode.BAD_JSON, f"message is not valid JSON: {exc}") from None
     # "\ud800" alone is valid JSON but no text: a string holding it cannot be written out as
@@ -74,6 +74,11 @@ def check_shape(text: str, max_depth: int, max_items: int) -> None:
     """ProtocolError (`bad_json`) when `text` nests deeper than `max_depth` or holds more than
     `max_items` arrays, objects and elements. Linear in the text's length, and done by the regex
     engine and str methods: 64 KiB of quotes or backslashes, the worst case, take about 1 ms."""
+    # every bracket and comma of the text, strings' included, within the limits: so are the
+    # structure's (an input move, a few times a frame, takes this way: 0.3 us, not 3.5)
+    raw_opened = text.count("[") + text.count("{")
+    if raw_opened <= max_depth and raw_opened + text.count(",") <= max_items:
+        return
     bare = _STRING.sub("", text)  # what strings hold is no structure
     opened = bare.count("[") + bare.count("{")
     if opened + bare.count(",") > max_items:
@@ -113,3 +118,7 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:32]} is out of a float's range")
     return value
+
+
+# one decoder for every read: `json.loads` with hooks builds a new one each call (1.7 us)
+_DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
