@@ -191,7 +191,8 @@ def assert_drag_turns_the_camera(firefox: Firefox) -> None:
     )
     assert moves == ["moves", False, "open"], moves
     firefox.drag((cx, cy), [(cx + 20 * step, cy + 3 * step) for step in range(1, 13)])
-    assert firefox.evaluate("window.__moves") >= 10, "the drag's moves did not go on `moves`"
+    # (12 moves in a few ms: the page sends at most one every 4 ms, the deltas summed)
+    assert firefox.evaluate("window.__moves") >= 3, "the drag's moves did not go on `moves`"
     orbited = settled_grab(firefox)
     turned = firefox.evaluate("window.renderStream.command('getCamera')")["yaw"]
     change = np.abs(before - orbited).mean()

@@ -4,6 +4,10 @@
 
 const NAVIGATION_KEYS = new Set(['ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', 'PageUp', 'PageDown', 'Space']);
 const GAMEPAD_STEP = 0.01;  // axis changes below this are noise, not news
+// at most one move message this often, deltas summed: a 1000 Hz mouse delivers a raw update a
+// millisecond, which would pass the worker's 500 messages a second (and cost it a message's
+// work each); 4 ms is a quarter of a 60 fps frame, and a move after a pause leaves at once
+const MOVE_INTERVAL_MS = 4;
 
 /**
  * Captures input on `surface` and sends it through `stream.sendInput`.
@@ -17,6 +21,9 @@ export class InputCapture {
     this.pointerLock = pointerLock;
     this._gamepadFrame = 0;
     this._lastPad = '';
+    this._pendingMove = null;  // {move, timeStamp}: moves held back, summed, until the timer
+    this._moveTimer = 0;
+    this._lastMoveAt = -Infinity;
     this._off = [];
     if (surface.tabIndex < 0) surface.tabIndex = 0;  // keys need a focusable surface
     const on = (target, type, fn, options) => {
@@ -38,7 +45,7 @@ export class InputCapture {
     for (const [dom, action] of [['touchstart', 'start'], ['touchmove', 'move'], ['touchend', 'end'], ['touchcancel', 'cancel']]) {
       on(surface, dom, (e) => this._touch(action, e), { passive: false });
     }
-    on(window, 'blur', () => this.stream.sendInput({ type: 'blur' }));
+    on(window, 'blur', () => this._send({ type: 'blur' }, performance.now()));
     on(document, 'pointerlockchange', () => this.surface.dispatchEvent(
       new CustomEvent('pointerlockchange', { detail: { locked: this.locked } })));
     if (gamepad && 'getGamepads' in navigator) {
@@ -61,6 +68,7 @@ export class InputCapture {
   detach() {
     this.unlock();
     cancelAnimationFrame(this._gamepadFrame);
+    this._flushMove();
     for (const off of this._off) off();
     this._off = [];
   }
@@ -83,25 +91,73 @@ export class InputCapture {
     const rect = this.surface.getBoundingClientRect();
     const h = this._unit(rect);
     const locked = this.locked;
-    this.stream.sendInput({
+    const message = {
       type: 'pointer', action,
       x: locked ? 0 : (event.clientX - rect.left) / h, y: locked ? 0 : (event.clientY - rect.top) / h,
       dx: (event.movementX || 0) / h, dy: (event.movementY || 0) / h,
       buttons: event.buttons, shift: event.shiftKey, locked,
-    }, event.timeStamp);
+    };
+    if (action === 'move') {
+      this._move(message, event.timeStamp);
+    } else {
+      this._send(message, event.timeStamp);
+    }
+  }
+
+  /** Any message but a move: the moves held back go first, in order. */
+  _send(message, timeStamp) {
+    this._flushMove();
+    this.stream.sendInput(message, timeStamp);
+  }
+
+  /**
+   * A move leaves at once where the last left MOVE_INTERVAL_MS ago; else it joins the one held
+   * back (the newest position, the deltas summed, the first one's time stamp: input-to-photon
+   * counts from the first), which a timer sends when the interval is up.
+   */
+  _move(move, timeStamp) {
+    const held = this._pendingMove?.move;
+    if (held && (held.buttons !== move.buttons || held.shift !== move.shift || held.locked !== move.locked)) {
+      this._flushMove();  // another gesture: the held one ends as it was
+    }
+    if (this._pendingMove) {
+      const pending = this._pendingMove.move;
+      pending.x = move.x; pending.y = move.y;
+      pending.dx += move.dx; pending.dy += move.dy;
+      return;
+    }
+    const wait = this._lastMoveAt + MOVE_INTERVAL_MS - performance.now();
+    if (wait <= 0) {
+      this._sendMove(move, timeStamp);
+      return;
+    }
+    this._pendingMove = { move, timeStamp };
+    this._moveTimer = setTimeout(() => this._flushMove(), wait);
+  }
+
+  _flushMove() {
+    clearTimeout(this._moveTimer);
+    const pending = this._pendingMove;
+    this._pendingMove = null;
+    if (pending) this._sendMove(pending.move, pending.timeStamp);
+  }
+
+  _sendMove(move, timeStamp) {
+    this._lastMoveAt = performance.now();
+    this.stream.sendInput(move, timeStamp);
   }
 
   _wheel(event) {
     event.preventDefault();
     const scale = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? this._unit() : 1;
-    this.stream.sendInput({ type: 'wheel', dy: event.deltaY * scale }, event.timeStamp);
+    this._send({ type: 'wheel', dy: event.deltaY * scale }, event.timeStamp);
   }
 
   _key(action, event) {
     if (event.code === 'Escape' && action === 'down') this.unlock();
     if (NAVIGATION_KEYS.has(event.code)) event.preventDefault();
     if (event.repeat) return;
-    this.stream.sendInput({ type: 'key', action, code: event.code }, event.timeStamp);
+    this._send({ type: 'key', action, code: event.code }, event.timeStamp);
   }
 
   _touch(action, event) {
@@ -111,7 +167,7 @@ export class InputCapture {
     const touches = [...event.touches].slice(0, 10).map((t) => ({
       id: t.identifier, x: (t.clientX - rect.left) / h, y: (t.clientY - rect.top) / h,
     }));
-    this.stream.sendInput({ type: 'touch', action, touches }, event.timeStamp);
+    this._send({ type: 'touch', action, touches }, event.timeStamp);
   }
 
   _pollGamepad() {
