@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import asyncio.selector_events
 import socket
 import sys
 import time
@@ -24,23 +23,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's render_server, installed or not
-from render_server.memory import DATAGRAM_READ_BYTES, fix_mmap_threshold  # noqa: E402
+from render_server.memory import (  # noqa: E402
+    DATAGRAM_READ_BYTES,
+    DATAGRAM_TRANSPORT,
+    fix_mmap_threshold,
+)
 
-TRANSPORT = getattr(asyncio.selector_events, "_SelectorDatagramTransport")  # noqa: B009
-STOCK_READ_BYTES = 256 * 1024  # asyncio's own `max_size`
+STOCK_READ_BYTES = DATAGRAM_TRANSPORT.max_size  # asyncio's own, 256 KiB: nothing set it yet
 SKB_OVERHEAD = 1024  # what the socket's buffer counts for a datagram beyond its bytes, at most
 
 
 class Counter(asyncio.DatagramProtocol):
     def __init__(self) -> None:
         self.count = 0
-        self.bytes = 0
         self.wanted = 0
         self.done: asyncio.Future[None] | None = None
 
     def datagram_received(self, data: bytes, addr: object) -> None:
         self.count += 1
-        self.bytes += len(data)
         if self.count >= self.wanted and self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -75,13 +75,13 @@ async def main(args: argparse.Namespace) -> None:
     try:
         for round_ in range(args.rounds + 1):  # the first round of each side warms up
             for name, read_bytes in sides.items():
-                TRANSPORT.max_size = read_bytes
+                DATAGRAM_TRANSPORT.max_size = read_bytes
                 count, cpu = await receive_burst(protocol, sender, address, burst, args.size)
                 if round_:
                     totals[name][0] += count
                     totals[name][1] += cpu
     finally:
-        TRANSPORT.max_size = STOCK_READ_BYTES
+        DATAGRAM_TRANSPORT.max_size = STOCK_READ_BYTES
         sender.close()
         transport.close()
     print(f"datagram reads through asyncio, {args.size}-byte datagrams, {args.rounds} rounds "

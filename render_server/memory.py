@@ -17,6 +17,8 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 # a UDP datagram's payload is at most 65,507 bytes over IPv4, 65,527 over IPv6
 DATAGRAM_READ_BYTES: Final = 65_536
+# asyncio's datagram transport (private): its class attribute `max_size` sizes every read
+DATAGRAM_TRANSPORT: Final[Any] = getattr(asyncio.selector_events, "_SelectorDatagramTransport")  # noqa: B009
 
 
 def fix_mmap_threshold() -> None:
@@ -41,15 +43,14 @@ def size_datagram_reads() -> None:
     The transport reads with `recvfrom(max_size)`, and CPython allocates `max_size` bytes for
     every read before shrinking them to the datagram. 256 KiB is over glibc's mmap threshold
     (fixed or not: the shrunk block it frees never raises it), so each datagram costs an mmap,
-    a page fault, an mremap and a munmap: 13.9 us an 80-byte datagram here, 1.3 us with 64 KiB
-    (`benchmarks/datagram_reads.py`). aioice's sockets are such transports: every RTCP
-    packet, STUN check, data-channel chunk and input move a worker receives. 64 KiB holds any
-    UDP datagram whole.
+    a page fault, an mremap and a munmap: 18.0 us an 80-byte datagram through an endpoint
+    here, 5.1 us with 64 KiB (`benchmarks/datagram_reads.py`). aioice's sockets are such
+    transports: every RTCP packet, STUN check, data-channel chunk and input move a worker
+    receives. 64 KiB holds any UDP datagram whole.
 
-    Checked against CPython 3.11-3.13: `_SelectorDatagramTransport.max_size`, a class
-    attribute read at each read."""
-    transport: Any = getattr(asyncio.selector_events, "_SelectorDatagramTransport")  # noqa: B009
-    transport.max_size = DATAGRAM_READ_BYTES
+    Checked against CPython 3.11: `_SelectorDatagramTransport.max_size`, a class attribute
+    read at each read."""
+    DATAGRAM_TRANSPORT.max_size = DATAGRAM_READ_BYTES
 
 
 def settle_heap() -> None:

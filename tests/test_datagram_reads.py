@@ -4,14 +4,13 @@ socket can carry is cut, and the server and harness processes read that way."""
 from __future__ import annotations
 
 import asyncio
-import asyncio.selector_events
 
 import pytest
 
 from render_server.cli.process import run_process
 from render_server.memory import DATAGRAM_READ_BYTES, size_datagram_reads
+from render_server.memory import DATAGRAM_TRANSPORT as TRANSPORT
 
-TRANSPORT = asyncio.selector_events._SelectorDatagramTransport
 LARGEST_IPV4_DATAGRAM = 65_507
 
 

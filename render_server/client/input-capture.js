@@ -117,15 +117,12 @@ export class InputCapture {
    */
   _move(move, timeStamp) {
     const held = this._pendingMove?.move;
-    if (held && (held.buttons !== move.buttons || held.shift !== move.shift || held.locked !== move.locked)) {
-      this._flushMove();  // another gesture: the held one ends as it was
-    }
-    if (this._pendingMove) {
-      const pending = this._pendingMove.move;
-      pending.x = move.x; pending.y = move.y;
-      pending.dx += move.dx; pending.dy += move.dy;
+    if (held && held.buttons === move.buttons && held.shift === move.shift && held.locked === move.locked) {
+      held.x = move.x; held.y = move.y;
+      held.dx += move.dx; held.dy += move.dy;
       return;
     }
+    this._flushMove();  // a held move of another gesture ends as it was
     const wait = this._lastMoveAt + MOVE_INTERVAL_MS - performance.now();
     if (wait <= 0) {
       this._sendMove(move, timeStamp);
