@@ -1,17 +1,28 @@
 """Coalesced reads (`UDP_GRO`) hand the protocol exactly the datagrams the sender wrote, in
 order: segmented runs the kernel delivers whole are cut back at the segment size, datagrams
-sent one by one arrive as they were, and STUN-sized ones between them too."""
+sent one by one arrive as they were, and STUN-sized ones between them too; each read is
+handed on with the kernel's receive time."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import sys
+import time
 from typing import Any
 
 import pytest
 
-from render_server.transport.udp_gro import GroStats, read_coalesced, segment_size, split
+from render_server.transport.udp_gro import (
+    SO_TIMESTAMPNS,
+    GroStats,
+    ReadClock,
+    read_coalesced,
+    receive_time_ns,
+    segment_size,
+    split,
+)
 from render_server.transport.udp_segments import SegmentedSender
 
 SO_NO_CHECK = 11  # asm-generic/socket.h: no checksum, so no segmentation offload
@@ -124,3 +135,49 @@ async def test_a_transport_without_a_socket_is_left_alone() -> None:
             return False
 
     assert not read_coalesced(Relay(), lambda d, a: None, lambda e: None, GroStats())  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_TIMESTAMPNS and UDP_GRO are Linux's")
+async def test_each_read_is_handed_on_with_when_the_kernel_received_it() -> None:
+    """A reader that comes late (its loop was busy 300 ms) still sees when the datagrams
+    arrived, on time.monotonic()'s clock; outside a read the clock says now."""
+    loop = asyncio.get_running_loop()
+    receiver, collector = await loop.create_datagram_endpoint(
+        Collector, local_addr=("127.0.0.1", 0)
+    )
+    clock = ReadClock()
+    seen: list[tuple[float | None, float]] = []  # (the stamp handed on, when it was read)
+
+    def received(data: bytes, addr: Any) -> None:
+        seen.append((clock.kernel_ms, time.monotonic() * 1000.0))
+        collector.datagram_received(data, addr)
+
+    stats = GroStats()
+    assert read_coalesced(receiver, received, collector.errors.append, stats, None, clock)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        collector.expected = 3
+        sent_ms = time.monotonic() * 1000.0
+        for _ in range(3):
+            sock.sendto(b"\x80" * 200, receiver.get_extra_info("sockname"))
+        time.sleep(0.3)  # the loop is busy: nothing is read yet
+        await asyncio.wait_for(collector.arrived.wait(), 5)
+    finally:
+        sock.close()
+        receiver.close()
+    assert len(seen) == 3 and stats.stamped == stats.reads == 3
+    for stamp, read in seen:
+        assert stamp is not None
+        assert sent_ms <= stamp < sent_ms + 100  # when it came, not when it was read
+        assert read >= sent_ms + 300
+    assert clock.kernel_ms is None  # after the reads, nothing is left standing
+    before = time.monotonic() * 1000.0
+    assert before <= clock.now_ms() <= time.monotonic() * 1000.0
+
+
+def test_a_read_without_a_stamp_has_none() -> None:
+    assert receive_time_ns([(17, 104, b"\0\0\0\0")]) is None
+    stamp = struct.pack("@ll", 1_700_000_000, 250_000_000)
+    assert (
+        receive_time_ns([(socket.SOL_SOCKET, SO_TIMESTAMPNS, stamp)]) == 1_700_000_000_250_000_000
+    )

@@ -19,7 +19,6 @@ keys, go to aiortc as before, so ICE consent and the DTLS session stay alive.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -29,7 +28,8 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
 from render_server.transport.lean_receiver import LeanReceiver, SeenPacket, payload_bounds
 
-# (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic())
+# (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic(): the
+# kernel's receive time where the read carried one, see `udp_gro.ReadClock`)
 FrameCounted = Callable[[int, int, int, float], None]
 
 _HEADER: Final = struct.Struct("!HII")  # sequence number, timestamp, SSRC
@@ -103,6 +103,7 @@ class CountingReceiver(LeanReceiver):
 
     def _taker(self, dtls: Any) -> Callable[[bytes, int, Any], int]:
         codecs, stats, streams, sampler = self._codecs, self.stats, self._streams, self.sampler
+        clock = self.clock
         rates: dict[int, int] = {}  # payload type → the media's clock rate, 0 for RTX
 
         def rate_of(payload_type: int) -> int:
@@ -129,7 +130,7 @@ class CountingReceiver(LeanReceiver):
                     return 0  # short, or not RTP version 2
                 if 192 <= run[start + 1] <= 208:
                     return 0  # RTCP (aiortc's `is_rtcp`)
-            now = time.monotonic() * 1000.0
+            now = clock.now_ms()
             packets, sent = self._packets, self._bytes  # of the frame under way
             media, first, last, clock_rate = 0, -1, -1, 0
             for start in starts:

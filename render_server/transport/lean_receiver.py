@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from aiortc.rtp import is_rtcp
 
 from render_server.transport.receive_estimator import drop_receive_estimator
 from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
-from render_server.transport.udp_gro import GroStats, read_coalesced
+from render_server.transport.udp_gro import GroStats, ReadClock, read_coalesced
 
 _HEADER = struct.Struct("!HII")  # sequence number, timestamp, SSRC (after the first 2 bytes)
 _LENGTH = struct.Struct("!H")
@@ -103,6 +102,7 @@ class LeanReceiver:
         self.on_codec = on_codec
         self.stats = LeanStats()
         self.gro = GroStats()  # the sockets' reads, where they took UDP_GRO (udp_gro)
+        self.clock = ReadClock()  # packets' arrival: the kernel's receive time where it gave one
         self._told: str | None = None  # the codec `on_codec` last heard of
         self.rehook()
 
@@ -138,7 +138,9 @@ class LeanReceiver:
                 setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
                 transport = getattr(protocol, "transport", None)
                 if transport is not None:  # a relayed "socket" (TURN) has none of its own
-                    read_coalesced(transport, direct, protocol.error_received, self.gro, take_run)
+                    read_coalesced(
+                        transport, direct, protocol.error_received, self.gro, take_run, self.clock
+                    )
 
     def _readers(
         self,
@@ -212,5 +214,5 @@ class LeanReceiver:
         if self.on_codec is not None and name != self._told:
             self._told = name
             self.on_codec(name)
-        self.on_packet(seq, timestamp, data[1] >> 7, data[start:end], time.monotonic() * 1000.0)
+        self.on_packet(seq, timestamp, data[1] >> 7, data[start:end], self.clock.now_ms())
         return True

@@ -10,13 +10,21 @@ until it is empty (up to `READS_PER_WAKE` reads) before going back to the select
 
 Only for a socket whose protocol is fed here: an asyncio transport reading it with `recvfrom`
 would get a run as one datagram. Where the kernel refuses the option nothing is changed.
+
+Each read also carries the kernel's receive time (`SO_TIMESTAMPNS`), handed on in a
+`ReadClock`: a load-test client sharing a host with the server it measures reads late whenever
+the scheduler runs something else, and timing frames by when Python read them counts those
+waits as the server's freezes. The kernel's stamp is when the datagram reached the host, as
+a client on a machine of its own would see it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,7 +34,9 @@ from render_server.transport.udp_segments import SOL_UDP
 UDP_GRO: Final = 104  # linux/udp.h
 READ_SIZE: Final = 65_536  # the largest run the kernel hands over in one read
 READS_PER_WAKE: Final = 64  # then the other sockets' turn
-_ANCILLARY: Final = socket.CMSG_SPACE(4)
+SO_TIMESTAMPNS: Final = 35  # asm-generic/socket.h (Python names neither it nor its message)
+_TIMESPEC: Final = struct.Struct("@ll")  # struct timespec: seconds, nanoseconds (native longs)
+_ANCILLARY: Final = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(_TIMESPEC.size)
 _SEGMENT: Final = struct.Struct("=i")
 
 
@@ -35,6 +45,20 @@ class GroStats:
     reads: int = 0  # recvmsg calls that returned data
     datagrams: int = 0  # datagrams handed to the protocol
     coalesced: int = 0  # of them, those that came in a read with others
+    stamped: int = 0  # reads that carried the kernel's receive time
+
+
+@dataclass
+class ReadClock:
+    """When what is being handed on arrived: the kernel's receive time of the read under way
+    (`kernel_ms`, on `time.monotonic()`'s clock, in ms), or now where there is none (a
+    datagram that did not come through `read_coalesced`, or a kernel that gave no stamp)."""
+
+    kernel_ms: float | None = None
+
+    def now_ms(self) -> float:
+        stamp = self.kernel_ms
+        return stamp if stamp is not None else time.monotonic() * 1000.0
 
 
 def split(data: bytes, segment: int) -> list[bytes]:
@@ -52,12 +76,23 @@ def segment_size(ancillary: list[tuple[int, int, bytes]]) -> int:
     return 0
 
 
+def receive_time_ns(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The kernel's receive time of a read (`SO_TIMESTAMPNS`, CLOCK_REALTIME, in ns), None
+    where the read carried none."""
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(value)
+            return int(seconds * 1_000_000_000 + nanoseconds)
+    return None
+
+
 def read_coalesced(
     transport: asyncio.DatagramTransport,
     received: Callable[[bytes, Any], None],
     on_error: Callable[[Exception], None],
     stats: GroStats,
     take_run: Callable[[bytes, int, Any], int] | None = None,
+    clock: ReadClock | None = None,
 ) -> bool:
     """Feed what `transport`'s socket receives to `received(datagram, addr)`, run by run,
     instead of the transport's own reads: True where the socket took `UDP_GRO` (the
@@ -65,7 +100,10 @@ def read_coalesced(
 
     `take_run(run, segment, addr)`, where given, sees each read whole first (`segment`: its
     datagrams' size, 0 for a lone datagram) and returns how many datagrams it took, all
-    of them or 0: a reader that only counts need not cut the run into datagrams."""
+    of them or 0: a reader that only counts need not cut the run into datagrams.
+
+    `clock`, where given, holds each read's kernel receive time while it is handed on (and
+    None again after): where the kernel refuses the stamps, it stays None."""
     sock: socket.socket | None = getattr(transport, "_sock", None)  # asyncio's selector transport
     loop = asyncio.get_running_loop()
     add_reader = getattr(loop, "_add_reader", None)  # the selector loop's: the fd is taken
@@ -75,9 +113,21 @@ def read_coalesced(
         sock.setsockopt(SOL_UDP, UDP_GRO, 1)
     except OSError:
         return False
+    if clock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     recvmsg = sock.recvmsg
 
     def ready() -> None:
+        try:
+            read_all()
+        finally:
+            if clock is not None:
+                clock.kernel_ms = None
+
+    def read_all() -> None:
+        # the stamps' clock is CLOCK_REALTIME: this wake's offset puts them on the monotonic one
+        offset_ns = time.time_ns() - time.monotonic_ns() if clock is not None else 0
         for _ in range(READS_PER_WAKE):
             try:
                 data, ancillary, _flags, addr = recvmsg(READ_SIZE, _ANCILLARY)
@@ -88,6 +138,14 @@ def read_coalesced(
                 return
             stats.reads += 1
             segment = segment_size(ancillary)
+            if clock is not None:
+                stamp = receive_time_ns(ancillary)
+                if stamp is None:
+                    clock.kernel_ms = None
+                else:
+                    stats.stamped += 1
+                    # never later than now: the offset is read once a wake, not per stamp
+                    clock.kernel_ms = min(stamp - offset_ns, time.monotonic_ns()) / 1e6
             if take_run is not None:
                 taken = take_run(data, segment, addr)
                 if taken:
