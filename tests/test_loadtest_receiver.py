@@ -106,4 +106,6 @@ def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
         # through the lean reader's own reads (UDP_GRO: test_udp_gro.py; a 320x240 frame is
         # one packet, so nothing here comes in runs)
         assert s["socket_reads"] > 0, s
+        # every read timed by when the kernel received it, not when the harness read it
+        assert s["socket_stamped"] == s["socket_reads"], s
     assert report["harness"]["hold_packets_per_cpu_s"] > 0

@@ -141,6 +141,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "duplicate_packets": result.duplicate_packets,
         "socket_packets": result.socket_packets,
         "socket_reads": result.socket_reads,
+        "socket_stamped": result.socket_stamped,
         "nacks_sent": result.nacks_sent,
         "nacked_packets": result.nacked_packets,
         "plis_sent": result.plis_sent,

@@ -36,6 +36,7 @@ class StreamResult:
     lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
     socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
     socket_reads: int = 0  # lean: the reads that brought every datagram (UDP_GRO: runs whole)
+    socket_stamped: int = 0  # of them, those timed by the kernel's receive time (udp_gro)
     nacks_sent: int = 0
     nacked_packets: int = 0
     plis_sent: int = 0

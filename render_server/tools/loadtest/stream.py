@@ -214,6 +214,7 @@ class StreamProbe:
         if self._lean is not None:
             result.socket_packets = self._lean.stats.direct
             result.socket_reads = self._lean.gro.reads
+            result.socket_stamped = self._lean.gro.stamped
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
         self._finish()
