@@ -108,4 +108,5 @@ def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
         assert s["socket_reads"] > 0, s
         # every read timed by when the kernel received it, not when the harness read it
         assert s["socket_stamped"] == s["socket_reads"], s
+        assert s["socket_dropped"] == 0, s  # the harness kept up: no full socket buffer
     assert report["harness"]["hold_packets_per_cpu_s"] > 0

@@ -73,6 +73,21 @@ def test_a_stream_that_never_started_fails_the_run() -> None:
     assert "1 stream(s) never started (#1)" in verdict["line"]  # type: ignore[index]
 
 
+def test_datagrams_the_harness_itself_dropped_fail_the_run() -> None:
+    """Every frame on time, yet the harness's own socket overflowed: the run cannot vouch for
+    what the server sent, and says why."""
+    clean, behind = _stream(0, 0.1), _stream(1, 0.1)
+    behind.socket_dropped = 12
+    assert _report(_config(), [clean, _stream(1, 0.1)])["verdict"]["passed"]  # type: ignore[index]
+    report = _report(_config(), [clean, behind])
+    assert report["streams"][1]["socket_dropped"] == 12  # type: ignore[index]
+    verdict = report["verdict"]
+    assert not verdict["passed"]  # type: ignore[index]
+    line = verdict["line"]  # type: ignore[index]
+    assert "1 stream(s) lost datagrams in the harness's own full socket buffers" in line
+    assert "(#1)" in line
+
+
 def test_a_first_frame_after_the_end_is_no_start() -> None:
     late = _stream(1, END_S + 0.2, last_s=END_S + 0.3)  # a slot freed as the others closed
     report = _report(_config(), [_stream(0, 0.1), late])

@@ -1,11 +1,12 @@
 """Coalesced reads (`UDP_GRO`) hand the protocol exactly the datagrams the sender wrote, in
 order: segmented runs the kernel delivers whole are cut back at the segment size, datagrams
 sent one by one arrive as they were, and STUN-sized ones between them too; each read is
-handed on with the kernel's receive time."""
+handed on with the kernel's receive time, and with what the kernel dropped at the socket."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import sys
@@ -15,9 +16,11 @@ from typing import Any
 import pytest
 
 from render_server.transport.udp_gro import (
+    SO_RXQ_OVFL,
     SO_TIMESTAMPNS,
     GroStats,
     ReadClock,
+    drop_count,
     read_coalesced,
     receive_time_ns,
     segment_size,
@@ -154,6 +157,9 @@ async def test_each_read_is_handed_on_with_when_the_kernel_received_it() -> None
 
     stats = GroStats()
     assert read_coalesced(receiver, received, collector.errors.append, stats, None, clock)
+    # the kernel turns receive stamps on for the host in deferred work: until it has, a datagram
+    # is stamped when read (what a harness's first packets may get)
+    await asyncio.sleep(0.2)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         collector.expected = 3
@@ -181,3 +187,40 @@ def test_a_read_without_a_stamp_has_none() -> None:
     assert (
         receive_time_ns([(socket.SOL_SOCKET, SO_TIMESTAMPNS, stamp)]) == 1_700_000_000_250_000_000
     )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_RXQ_OVFL and UDP_GRO are Linux's")
+async def test_what_a_full_receive_buffer_dropped_is_counted() -> None:
+    """A reader that fell behind (its loop busy while 300 datagrams came into a small buffer)
+    hears from the kernel how many it lost: what arrived and what was dropped is what was sent."""
+    loop = asyncio.get_running_loop()
+    receiver, collector = await loop.create_datagram_endpoint(
+        Collector, local_addr=("127.0.0.1", 0)
+    )
+    receiver.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)
+    stats = GroStats()
+    assert read_coalesced(receiver, collector.datagram_received, collector.errors.append, stats)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)  # one datagram a packet, no runs
+    sent = 300
+    try:
+        for i in range(sent):
+            sock.sendto(bytes([i % 256]) * 1000, receiver.get_extra_info("sockname"))
+        collector.expected = sent  # never reached: this only waits for the reads to end
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await collector.arrived.wait()
+        sock.sendto(b"\x00\x01last", receiver.get_extra_info("sockname"))  # a read after them
+        await asyncio.sleep(0.1)
+    finally:
+        sock.close()
+        receiver.close()
+    received = len(collector.datagrams) - 1
+    assert 0 < received < sent and stats.dropped > 0
+    assert received + stats.dropped == sent
+
+
+def test_a_read_without_a_drop_count_dropped_nothing() -> None:
+    assert drop_count([(17, 104, b"\0\0\0\0")]) == 0
+    count = struct.pack("=I", 7)
+    assert drop_count([(socket.SOL_SOCKET, SO_RXQ_OVFL, count)]) == 7

@@ -15,7 +15,11 @@ Each read also carries the kernel's receive time (`SO_TIMESTAMPNS`), handed on i
 `ReadClock`: a load-test client sharing a host with the server it measures reads late whenever
 the scheduler runs something else, and timing frames by when Python read them counts those
 waits as the server's freezes. The kernel's stamp is when the datagram reached the host, as
-a client on a machine of its own would see it.
+a client on a machine of its own would see it (the kernel turns stamping on for the host in
+deferred work, so the first datagrams after the first such socket may carry their read time
+instead). And each read says how many datagrams the
+kernel dropped at the socket so far (`SO_RXQ_OVFL`): a reader that fell so far behind that its
+receive buffer filled, which a load test must tell from loss on the way.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ UDP_GRO: Final = 104  # linux/udp.h
 READ_SIZE: Final = 65_536  # the largest run the kernel hands over in one read
 READS_PER_WAKE: Final = 64  # then the other sockets' turn
 SO_TIMESTAMPNS: Final = 35  # asm-generic/socket.h (Python names neither it nor its message)
+SO_RXQ_OVFL: Final = 40  # asm-generic/socket.h: the socket's drop count with each read
 _TIMESPEC: Final = struct.Struct("@ll")  # struct timespec: seconds, nanoseconds (native longs)
-_ANCILLARY: Final = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(_TIMESPEC.size)
+_ANCILLARY: Final = socket.CMSG_SPACE(4) * 2 + socket.CMSG_SPACE(_TIMESPEC.size)
 _SEGMENT: Final = struct.Struct("=i")
+_COUNT: Final = struct.Struct("=I")
 
 
 @dataclass
@@ -46,6 +52,7 @@ class GroStats:
     datagrams: int = 0  # datagrams handed to the protocol
     coalesced: int = 0  # of them, those that came in a read with others
     stamped: int = 0  # reads that carried the kernel's receive time
+    dropped: int = 0  # datagrams the kernel dropped at the sockets: their buffers were full
 
 
 @dataclass
@@ -73,6 +80,15 @@ def segment_size(ancillary: list[tuple[int, int, bytes]]) -> int:
     for level, kind, value in ancillary:
         if level == SOL_UDP and kind == UDP_GRO and len(value) >= _SEGMENT.size:
             return int(_SEGMENT.unpack_from(value)[0])
+    return 0
+
+
+def drop_count(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The socket's drops so far as a read tells them (`SO_RXQ_OVFL`; the kernel sends the
+    message only once there is one, so none means 0)."""
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) >= _COUNT.size:
+            return int(_COUNT.unpack_from(value)[0])
     return 0
 
 
@@ -116,7 +132,10 @@ def read_coalesced(
     if clock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
     recvmsg = sock.recvmsg
+    dropped = 0  # this socket's, as its last read told
 
     def ready() -> None:
         try:
@@ -126,6 +145,7 @@ def read_coalesced(
                 clock.kernel_ms = None
 
     def read_all() -> None:
+        nonlocal dropped
         # the stamps' clock is CLOCK_REALTIME: this wake's offset puts them on the monotonic one
         offset_ns = time.time_ns() - time.monotonic_ns() if clock is not None else 0
         for _ in range(READS_PER_WAKE):
@@ -138,6 +158,10 @@ def read_coalesced(
                 return
             stats.reads += 1
             segment = segment_size(ancillary)
+            count = drop_count(ancillary)
+            if count > dropped:
+                stats.dropped += count - dropped
+                dropped = count
             if clock is not None:
                 stamp = receive_time_ns(ancillary)
                 if stamp is None:

@@ -142,6 +142,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "socket_packets": result.socket_packets,
         "socket_reads": result.socket_reads,
         "socket_stamped": result.socket_stamped,
+        "socket_dropped": result.socket_dropped,
         "nacks_sent": result.nacks_sent,
         "nacked_packets": result.nacked_packets,
         "plis_sent": result.plis_sent,
@@ -297,6 +298,12 @@ def judge(
     frozen = [s for s in streams if s["freezes_hold"]]
     if frozen:
         reasons.append(f"{len(frozen)} stream(s) froze in the hold ({_names(frozen)})")
+    behind = [s for s in streams if s.get("socket_dropped")]
+    if behind:  # lost on the harness's side: the run cannot say whether the server held
+        reasons.append(
+            f"{len(behind)} stream(s) lost datagrams in the harness's own full socket buffers, "
+            f"the harness fell behind ({_names(behind)})"
+        )
     bad_video = [s for s in streams if s["decode_ok"] is False]
     if bad_video:
         reasons.append(f"{len(bad_video)} stream(s) failed the decode check ({_names(bad_video)})")

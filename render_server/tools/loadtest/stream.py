@@ -215,6 +215,7 @@ class StreamProbe:
             result.socket_packets = self._lean.stats.direct
             result.socket_reads = self._lean.gro.reads
             result.socket_stamped = self._lean.gro.stamped
+            result.socket_dropped = self._lean.gro.dropped
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
         self._finish()
