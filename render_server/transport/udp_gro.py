@@ -14,12 +14,12 @@ would get a run as one datagram. Where the kernel refuses the option nothing is 
 Each read also carries the kernel's receive time (`SO_TIMESTAMPNS`), handed on in a
 `ReadClock`: a load-test client sharing a host with the server it measures reads late whenever
 the scheduler runs something else, and timing frames by when Python read them counts those
-waits as the server's freezes. The kernel's stamp is when the datagram reached the host, as
-a client on a machine of its own would see it (the kernel turns stamping on for the host in
+waits as the server's freezes. The kernel's stamp is when the datagram reached the host, as a
+client on a machine of its own would see it (the kernel turns stamping on for the host in
 deferred work, so the first datagrams after the first such socket may carry their read time
-instead). And each read says how many datagrams the
-kernel dropped at the socket so far (`SO_RXQ_OVFL`): a reader that fell so far behind that its
-receive buffer filled, which a load test must tell from loss on the way.
+instead). And each read says how many datagrams the kernel dropped at the socket so far
+(`SO_RXQ_OVFL`): a reader that fell so far behind that its receive buffer filled, which a load
+test must tell from loss on the way.
 """
 
 from __future__ import annotations
