@@ -75,31 +75,35 @@ def split(data: bytes, segment: int) -> list[bytes]:
     return [data[i : i + segment] for i in range(0, len(data), segment)]
 
 
-def segment_size(ancillary: list[tuple[int, int, bytes]]) -> int:
+Ancillary = list[tuple[int, int, bytes]]  # recvmsg's control messages: level, type, data
+
+
+def _control(ancillary: Ancillary, level: int, kind: int, shape: struct.Struct) -> tuple[Any, ...]:
+    """The fields of the read's control message of `level` and `kind`, () where it has none."""
+    for have_level, have_kind, value in ancillary:
+        if have_level == level and have_kind == kind and len(value) >= shape.size:
+            return shape.unpack_from(value)
+    return ()
+
+
+def segment_size(ancillary: Ancillary) -> int:
     """The segment size of a coalesced read, 0 for a plain datagram."""
-    for level, kind, value in ancillary:
-        if level == SOL_UDP and kind == UDP_GRO and len(value) >= _SEGMENT.size:
-            return int(_SEGMENT.unpack_from(value)[0])
-    return 0
+    fields = _control(ancillary, SOL_UDP, UDP_GRO, _SEGMENT)
+    return int(fields[0]) if fields else 0
 
 
-def drop_count(ancillary: list[tuple[int, int, bytes]]) -> int:
+def drop_count(ancillary: Ancillary) -> int:
     """The socket's drops so far as a read tells them (`SO_RXQ_OVFL`; the kernel sends the
     message only once there is one, so none means 0)."""
-    for level, kind, value in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) >= _COUNT.size:
-            return int(_COUNT.unpack_from(value)[0])
-    return 0
+    fields = _control(ancillary, socket.SOL_SOCKET, SO_RXQ_OVFL, _COUNT)
+    return int(fields[0]) if fields else 0
 
 
-def receive_time_ns(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+def receive_time_ns(ancillary: Ancillary) -> int | None:
     """The kernel's receive time of a read (`SO_TIMESTAMPNS`, CLOCK_REALTIME, in ns), None
     where the read carried none."""
-    for level, kind, value in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(value)
-            return int(seconds * 1_000_000_000 + nanoseconds)
-    return None
+    fields = _control(ancillary, socket.SOL_SOCKET, SO_TIMESTAMPNS, _TIMESPEC)
+    return int(fields[0] * 1_000_000_000 + fields[1]) if fields else None
 
 
 def read_coalesced(

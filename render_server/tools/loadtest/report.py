@@ -298,7 +298,7 @@ def judge(
     frozen = [s for s in streams if s["freezes_hold"]]
     if frozen:
         reasons.append(f"{len(frozen)} stream(s) froze in the hold ({_names(frozen)})")
-    behind = [s for s in streams if s.get("socket_dropped")]
+    behind = [s for s in streams if s["socket_dropped"]]
     if behind:  # lost on the harness's side: the run cannot say whether the server held
         reasons.append(
             f"{len(behind)} stream(s) lost datagrams in the harness's own full socket buffers, "
