@@ -17,9 +17,9 @@ the scheduler runs something else, and timing frames by when Python read them co
 waits as the server's freezes. The kernel's stamp is when the datagram reached the host, as a
 client on a machine of its own would see it (the kernel turns stamping on for the host in
 deferred work, so the first datagrams after the first such socket may carry their read time
-instead). And each read says how many datagrams the kernel dropped at the socket so far
-(`SO_RXQ_OVFL`): a reader that fell so far behind that its receive buffer filled, which a load
-test must tell from loss on the way.
+instead). And each read says how often the kernel dropped at the socket so far (`SO_RXQ_OVFL`;
+a coalesced run dropped whole counts once): a reader that fell so far behind that its receive
+buffer filled, which a load test must tell from loss on the way.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class GroStats:
     datagrams: int = 0  # datagrams handed to the protocol
     coalesced: int = 0  # of them, those that came in a read with others
     stamped: int = 0  # reads that carried the kernel's receive time
-    dropped: int = 0  # datagrams the kernel dropped at the sockets: their buffers were full
+    dropped: int = 0  # the kernel's drops at the sockets, buffers full (a run counts once)
 
 
 @dataclass

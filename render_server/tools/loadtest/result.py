@@ -37,7 +37,7 @@ class StreamResult:
     socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
     socket_reads: int = 0  # lean: the reads that brought every datagram (UDP_GRO: runs whole)
     socket_stamped: int = 0  # of them, those timed by the kernel's receive time (udp_gro)
-    socket_dropped: int = 0  # datagrams the kernel dropped at the harness's full sockets
+    socket_dropped: int = 0  # the kernel's drops at the harness's full sockets (a run: once)
     nacks_sent: int = 0
     nacked_packets: int = 0
     plis_sent: int = 0
