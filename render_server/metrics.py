@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from render_server.gc_pauses import GcPauseCollector
 from render_server.metrics_merge import Labels, merge_expositions
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkerStatusGauges"]
@@ -14,6 +15,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        r.register(GcPauseCollector())
         self.messages = Counter(
             "signaling_messages", "Signaling messages accepted, by type", ["type"], registry=r
         )

@@ -114,6 +114,10 @@ async def test_sessions_spread_over_two_children_and_a_killed_childs_come_back(
             placed = _children_of_sessions(status_port)
             pids = {placed[i] for i in ids}
             assert len(pids) == 2, f"both sessions on one child: {placed}"
+            # each child froze what it loaded (aiortc, numba, trimesh: ~200k objects) out of
+            # the collector's work, or each full collection would freeze its streams ~0.1 s
+            frozen = _frozen_objects(status_port)
+            assert set(frozen) == pids and min(frozen.values()) > 50_000, frozen
 
             victim, survivor = viewers
             killed_pid = int(placed[ids[0]])
@@ -155,6 +159,14 @@ async def test_sessions_spread_over_two_children_and_a_killed_childs_come_back(
 def _zombie(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _frozen_objects(port: int) -> dict[str, float]:
+    """Child pid → the objects it froze out of its garbage collector, from /metrics."""
+    found = re.findall(
+        r'^python_gc_frozen_objects\{child="\d+",child_pid="(\d+)"\} (\S+)$', _metrics(port), re.M
+    )
+    return {pid: float(value) for pid, value in found}
 
 
 def _child_pids(port: int) -> list[str]:

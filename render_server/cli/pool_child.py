@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from render_server import logs
 from render_server.config import ServerConfig, WorkerConfig
-from render_server.memory import fix_mmap_threshold, size_datagram_reads
+from render_server.memory import fix_mmap_threshold, settle_heap, size_datagram_reads
 from render_server.metrics import Metrics
 from render_server.protocol.worker import ToSignaling
 from render_server.worker.pool_wire import (
@@ -92,6 +92,7 @@ async def serve_child(fd: int) -> None:
             await writer.drain()
 
     service = WorkerService(worker, send)
+    settle_heap()  # warmed up: what is loaded now would make each full collection a freeze
     write_frame(writer, READY, pid=os.getpid())
     await writer.drain()
     tasks: set[asyncio.Task[Any]] = set()

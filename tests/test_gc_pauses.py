@@ -1,0 +1,47 @@
+"""The garbage collector's pauses and frozen objects on /metrics (render_server/gc_pauses.py)."""
+
+from __future__ import annotations
+
+import gc
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from render_server.metrics import Metrics
+
+
+def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_a_full_collection_is_counted_and_timed_in_every_registry() -> None:
+    first, second = Metrics(), Metrics()
+    before = _samples(first)
+    count = ("python_gc_pause_seconds_count", (("generation", "2"),))
+    total = ("python_gc_pause_seconds_sum", (("generation", "2"),))
+    garbage: list[object] = []
+    garbage.append(garbage)  # a cycle: only a collection frees it
+    del garbage
+    gc.collect()
+    after, other = _samples(first), _samples(second)
+    assert after[count] == before[count] + 1
+    assert after[total] > before[total]
+    assert other[count] == after[count], "one process, one clock: both registries say the same"
+    inf = ("python_gc_pause_seconds_bucket", (("generation", "2"), ("le", "+Inf")))
+    assert after[inf] == after[count]
+    hooks = [c for c in gc.callbacks if type(c).__name__ == "_PauseClock"]
+    assert len(hooks) == 1, "each registry added a hook of its own"
+
+
+def test_frozen_objects_are_what_the_collector_leaves_out() -> None:
+    frozen = ("python_gc_frozen_objects", ())
+    gc.collect()
+    gc.freeze()
+    try:
+        assert _samples(Metrics())[frozen] == gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert _samples(Metrics())[frozen] == 0
