@@ -4,6 +4,7 @@ send history."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -523,6 +524,23 @@ def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
     assert (first.lost, first.reported, len(first.received)) == (2, 3, 1)
     again = history.match([PacketFeedback(1, None), PacketFeedback(2, 1.2), PacketFeedback(3, 1.3)])
     assert (again.lost, again.reported, len(again.received)) == (-1, 1, 2)
+
+
+def test_a_full_history_adds_next_to_nothing_to_a_full_collection() -> None:
+    """A 4K60 stream under transport-cc keeps MAX_PACKETS packets: the collector that stops
+    every stream of the process must not walk them one by one."""
+    history = SendHistory()
+    gc.collect()
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(MAX_PACKETS):
+        history.add(SentPacket(i, 1200, i * 4e-4, None if i % 7 else 3))
+    history.match([PacketFeedback(s, 1.0 + s * 4e-4) for s in range(0, MAX_PACKETS, 2)])
+    history.match([PacketFeedback(s, None) for s in range(1, 101, 2)])
+    gc.collect()
+    gc.collect()
+    assert len(history) == MAX_PACKETS
+    assert len(gc.get_objects()) - before < 100
 
 
 # the delay-based estimate reads the standing queue

@@ -36,7 +36,7 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtp import HeaderExtensions
 from aiortc.utils import random32, uint32_add
 
-from render_server.transport.frame_history import FrameHistory, SentFrame
+from render_server.transport.frame_history import FrameHistory, sent_frame
 from render_server.transport.retransmission import history_size
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class FrameSender:
         extension = block.build(extensions)
         ssrc, size = sender._ssrc, history_size()
         history = sender._RTCRtpSender__rtp_history
-        history.add(SentFrame(sequence, payloads, payload_type, timestamp, ssrc, extensions, size))
+        history.add(sent_frame(sequence, payloads, payload_type, timestamp, ssrc, extensions, size))
         packets = serialize_frame(payloads, payload_type, sequence, timestamp, ssrc, extension)
         await self._send_frame(packets)
         self.frames += 1

@@ -24,12 +24,6 @@ _RECEIVED: Final = 2
 
 
 @dataclass(slots=True)
-class _Entry:
-    packet: SentPacket
-    status: int = _UNREPORTED
-
-
-@dataclass(slots=True)
 class Matched:
     """What one feedback message says about packets still in the history."""
 
@@ -39,35 +33,45 @@ class Matched:
 
 
 class SendHistory:
+    """The packets sent in the last WINDOW_S, MAX_PACKETS at most.
+
+    Each packet is kept as an exact tuple of numbers (size, send time, probe cluster), which
+    the garbage collector stops tracking, and its report status in a dict of ints, which it
+    never tracks: a 4K60 stream under transport-cc keeps its 10,000 packets, and as objects
+    (a `SentPacket` and an entry each) they were 20,000 more for every full collection to walk,
+    the pause that stops every stream of the process."""
+
     def __init__(self) -> None:
-        self._entries: dict[int, _Entry] = {}
+        self._sent: dict[int, tuple[int, float, int | None]] = {}
+        self._reported: dict[int, int] = {}  # sequence → _LOST or _RECEIVED
         self._order: deque[int] = deque()  # sequence numbers in the order they were sent
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._sent)
 
     def add(self, packet: SentPacket) -> bool:
         """Remember a sent packet; False for one that cannot be (a repeated sequence number, a
         time that is not finite, a negative size)."""
+        sent, order = self._sent, self._order
         if (
-            packet.sequence in self._entries
+            packet.sequence in sent
             or not is_finite(packet.send_time, packet.size)
             or packet.size < 0
         ):
             return False
-        self._entries[packet.sequence] = _Entry(packet)
-        self._order.append(packet.sequence)
+        sent[packet.sequence] = (packet.size, packet.send_time, packet.probe_cluster)
+        order.append(packet.sequence)
         horizon = packet.send_time - WINDOW_S
-        while self._order and (
-            len(self._order) > MAX_PACKETS
-            or self._entries[self._order[0]].packet.send_time < horizon
-        ):
-            del self._entries[self._order.popleft()]
+        while order and (len(order) > MAX_PACKETS or sent[order[0]][1] < horizon):
+            old = order.popleft()
+            del sent[old]
+            self._reported.pop(old, None)
         return True
 
     def clear(self) -> None:
         """Forget every packet (none will be reported: the path went to REMB, or it ended)."""
-        self._entries.clear()
+        self._sent.clear()
+        self._reported.clear()
         self._order.clear()
 
     def match(self, feedback: Iterable[PacketFeedback]) -> Matched:
@@ -75,22 +79,27 @@ class SendHistory:
         except a packet first reported lost and then received (a late arrival), which counts
         as received and takes back its loss."""
         matched = Matched()
+        sent, reported = self._sent, self._reported
         for item in feedback:
-            entry = self._entries.get(item.sequence)
-            if entry is None or entry.status == _RECEIVED:
+            sequence = item.sequence
+            record = sent.get(sequence)
+            status = reported.get(sequence, _UNREPORTED)
+            if record is None or status == _RECEIVED:
                 continue
             if item.arrival is None:
-                if entry.status == _UNREPORTED:
-                    entry.status = _LOST
+                if status == _UNREPORTED:
+                    reported[sequence] = _LOST
                     matched.lost += 1
                     matched.reported += 1
                 continue
             if not is_finite(item.arrival):
                 continue
-            if entry.status == _LOST:
+            if status == _LOST:
                 matched.lost -= 1
             else:
                 matched.reported += 1
-            entry.status = _RECEIVED
-            matched.received.append(PacketResult(entry.packet, item.arrival))
+            reported[sequence] = _RECEIVED
+            size, send_time, cluster = record
+            packet = SentPacket(sequence, size, send_time, cluster)
+            matched.received.append(PacketResult(packet, item.arrival))
         return matched
