@@ -175,7 +175,7 @@ def test_worker_counters_sum_over_labels() -> None:
     assert parse_prometheus(text)['worker_keyframes_total{reason="start"}'] == 3.0
     counters = worker_counters(text)
     assert counters == {"frames": 120.0, "bytes": 5e5, "keyframes": 5.0, "sessions_started": 0.0,
-                        "media_packets": 0.0}  # fmt: skip
+                        "transport_feedback": 0.0, "media_packets": 0.0}  # fmt: skip
     text += 'worker_paced_packets_total{kind="media"} 900.0\n'
     text += 'worker_paced_packets_total{kind="padding"} 40.0\n'
     assert worker_counters(text)["media_packets"] == 900.0

@@ -110,3 +110,17 @@ def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
         assert s["socket_stamped"] == s["socket_reads"], s
         assert s["socket_dropped"] == 0, s  # the harness kept up: no full socket buffer
     assert report["harness"]["hold_packets_per_cpu_s"] > 0
+
+
+def test_lean_streams_send_transport_feedback_the_worker_reads(tmp_path: Path) -> None:
+    """`--transport-feedback`: each lean stream reports what arrived as a browser does, and the
+    worker's congestion controllers read it (its paced path, not REMB)."""
+    report = short_loadtest(tmp_path, "--transport-feedback")
+    assert report["config"]["transport_feedback"] is True
+    sent = [s["feedback_sent"] for s in report["streams"]]
+    assert min(sent) >= 40, sent  # 5 s at one every 50 ms, while packets arrive
+    check = report["server_check"]
+    assert 0.9 * sum(sent) <= check["server_transport_feedback"] <= sum(sent), (check, sent)
+    assert abs(check["packets_ratio"] - 1) <= 0.01, check
+    for s in report["streams"]:
+        assert s["state"] == "closed" and s["frames"] > 60 and s["decode_ok"], s

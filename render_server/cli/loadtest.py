@@ -114,6 +114,11 @@ def add_loadtest(sub: SubParsers) -> None:
                    "(receiver reports only, no NACK); full: aiortc's whole receive path; "
                    "count: packets and frames from the SRTP headers in the clear, only the "
                    "sampled keyframes decrypted and decoded (%(default)s)")  # fmt: skip
+    p.add_argument("--transport-feedback", action="store_true",
+                   help="each stream sends transport-cc feedback every 50 ms as a browser does "
+                   "(lean: packets timed by the kernel's receive stamps), so that the worker "
+                   "paces and runs its congestion controller as for browsers; without it the "
+                   "worker follows REMB and sends at once")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
@@ -138,6 +143,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
             codec=args.codec, drag=not args.no_drag, seed=args.seed,
             receiver=args.receiver, decode=decode, decoder=args.decoder,
+            transport_feedback=args.transport_feedback,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)

@@ -188,12 +188,10 @@ def send_transport_feedback(
     (before any packet arrives); it composes with `receiver_hook.observe_receiver` in either
     order."""
     handle_rtp = getattr(receiver, "_handle_rtp_packet", None)
-    send_rtcp = getattr(receiver, "_send_rtcp", None)
-    if not callable(handle_rtp) or not callable(send_rtcp):
+    if not callable(handle_rtp):
         raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook or RTCP sender")
     inner: RtpHandler = handle_rtp
-    loop = asyncio.get_running_loop()  # before patching: without a loop, nothing changes
-    handle = TransportFeedbackHandle(TransportFeedbackGenerator(max_packet_bytes=max_packet_bytes))
+    handle = feedback_sender(receiver, interval_s, max_packet_bytes)
     generator = handle.generator
     monotonic = time.monotonic
 
@@ -204,6 +202,22 @@ def send_transport_feedback(
         await inner(packet, arrival_time_ms)
 
     receiver._handle_rtp_packet = recorded  # type: ignore[method-assign]
+    return handle
+
+
+def feedback_sender(
+    receiver: RTCRtpReceiver,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    max_packet_bytes: int = MAX_FEEDBACK_BYTES,
+) -> TransportFeedbackHandle:
+    """A generator whose feedback `receiver` sends every `interval_s` until it stops: the
+    caller feeds `handle.generator.on_packet` (a receive path that reads packets before
+    aiortc does, `lean_receiver`). Call it with the event loop running."""
+    send_rtcp = getattr(receiver, "_send_rtcp", None)
+    if not callable(send_rtcp):
+        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook or RTCP sender")
+    loop = asyncio.get_running_loop()
+    handle = TransportFeedbackHandle(TransportFeedbackGenerator(max_packet_bytes=max_packet_bytes))
     handle.task = loop.create_task(_send_periodically(receiver, send_rtcp, handle, interval_s))
     return handle
 

@@ -92,6 +92,39 @@ def write_transport_sequence(packet: bytearray, extension_id: int, sequence: int
     return True
 
 
+def read_transport_sequence(packet: bytes, extension_id: int) -> int | None:
+    """The transport-wide number (16 bits) a serialized RTP `packet` carries in its one-byte
+    or two-byte header extension element `extension_id`; None where it has none."""
+    start = 12 + 4 * (packet[0] & 0x0F)
+    if not packet[0] & 0x10 or len(packet) < start + 4:
+        return None
+    profile = packet[start] << 8 | packet[start + 1]
+    end = min(len(packet), start + 4 + 4 * (packet[start + 2] << 8 | packet[start + 3]))
+    i = start + 4
+    if profile == 0xBEDE:  # one-byte header: id (4 bits), length - 1 (4 bits)
+        while i < end:
+            head = packet[i]
+            element, size = head >> 4, (head & 0x0F) + 1
+            if head == 0:  # padding
+                i += 1
+                continue
+            if element == 15:  # reserved: the rest is not to be read
+                return None
+            if element == extension_id:
+                return packet[i + 1] << 8 | packet[i + 2] if size == 2 and i + 3 <= end else None
+            i += 1 + size
+    elif profile & 0xFFF0 == 0x1000:  # two-byte header: id, length
+        while i + 1 < end:
+            element, size = packet[i], packet[i + 1]
+            if element == 0:  # padding
+                i += 1
+                continue
+            if element == extension_id:
+                return packet[i + 2] << 8 | packet[i + 3] if size == 2 and i + 4 <= end else None
+            i += 2 + size
+    return None
+
+
 def send_time_extension_ids(extensions: HeaderExtensionsMap) -> tuple[int, ...]:
     """The ids of the header extensions written as a packet is sent (the transport-wide
     number, abs-send-time), which a receiver zeroes before it decodes FEC (aiortc's private

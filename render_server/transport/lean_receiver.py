@@ -19,7 +19,10 @@ another codec is handed to aiortc's own handler already unprotected.
 The sender still hears from us: each packet feeds aiortc's own `StreamStatistics`, from which
 the receiver's RTCP task sends receiver reports (loss, jitter, LSR/DLSR for the RTT). No NACK,
 PLI or REMB is sent: lost packets stay lost (counted by the frame assembler), and the worker's
-bitrate is its own (REMB only ever lowers it).
+bitrate is its own (REMB only ever lowers it). With `transport_feedback`, each packet's
+transport-wide number and arrival (the kernel's receive time) also go to a transport-cc
+feedback generator whose feedback the receiver sends every 50 ms, as a browser's would: the
+worker then paces and estimates the path as it does for browsers.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import StreamStatistics
 from aiortc.rtp import is_rtcp
 
+from render_server.transport.feedback_generator import feedback_sender
+from render_server.transport.header_extensions import read_transport_sequence
 from render_server.transport.receive_estimator import drop_receive_estimator
 from render_server.transport.receiver_hook import CodecObserver, PacketObserver, _DiscardQueue
 from render_server.transport.udp_gro import GroStats, ReadClock, read_coalesced
@@ -86,6 +91,7 @@ class LeanReceiver:
         receiver: RTCRtpReceiver,
         on_packet: PacketObserver,
         on_codec: CodecObserver | None = None,
+        transport_feedback: bool = False,
     ) -> None:
         if getattr(receiver, "_RTCRtpReceiver__decoder_thread", None) is not None:
             raise RuntimeError("the receiver already decodes: hook it before negotiating")
@@ -104,6 +110,10 @@ class LeanReceiver:
         self.gro = GroStats()  # the sockets' reads, where they took UDP_GRO (udp_gro)
         self.clock = ReadClock()  # packets' arrival: the kernel's receive time where it gave one
         self._told: str | None = None  # the codec `on_codec` last heard of
+        # transport-cc feedback (started with the loop running), and the extension's id once
+        # negotiated
+        self.feedback = feedback_sender(receiver) if transport_feedback else None
+        self._feedback_id: int | None = None
         self.rehook()
 
     def rehook(self) -> None:
@@ -124,6 +134,7 @@ class LeanReceiver:
             transport._handle_rtp_data = lean  # type: ignore[method-assign]
             current = lean
         self._hook_sockets(transport, current.original)
+        self._feedback_id = None  # read again from this transport's map
 
     def _hook_sockets(self, dtls: Any, aiortcs: Callable[[bytes, int], Awaitable[None]]) -> None:
         """Read SRTP media where the ICE connection's sockets receive it (once per socket);
@@ -203,6 +214,8 @@ class LeanReceiver:
         if statistics is None:
             statistics = self._streams[ssrc] = StreamStatistics(codec.clockRate)
         statistics.add(SeenPacket(seq, timestamp))  # type: ignore[arg-type]
+        if self.feedback is not None:
+            self._feed(data, ssrc)
         name = codec.name
         if name.lower() == "rtx":
             repaired = self._codecs.get(codec.parameters.get("apt"))
@@ -216,3 +229,17 @@ class LeanReceiver:
             self.on_codec(name)
         self.on_packet(seq, timestamp, data[1] >> 7, data[start:end], self.clock.now_ms())
         return True
+
+    def _feed(self, data: bytes, ssrc: int) -> None:
+        """Give the packet's transport-wide number and arrival to the feedback generator."""
+        extension_id = self._feedback_id
+        if extension_id is None:
+            # the id the DTLS transport's map was configured with (aiortc's private fields)
+            ids = getattr(self.receiver.transport._rtp_header_extensions_map,
+                          "_HeaderExtensionsMap__ids", None)  # fmt: skip
+            extension_id = self._feedback_id = getattr(ids, "transport_sequence_number", None)
+        if extension_id is None or self.feedback is None or self.feedback.stopped:
+            return  # not negotiated (yet): the worker follows REMB and receiver reports
+        number = read_transport_sequence(data, extension_id)
+        if number is not None:
+            self.feedback.generator.on_packet(number, int(self.clock.now_ms() * 1000), ssrc)

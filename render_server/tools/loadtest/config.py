@@ -46,6 +46,9 @@ class LoadTestConfig:
     receiver: str = "lean"
     decode: str = "keyframes"  # none, keyframes (sampled, see decode_every), all
     decoder: str = "auto"  # auto, cpu, nvdec
+    # each stream sends transport-cc feedback as a browser does, so that the worker paces and
+    # estimates the path as for browsers (lean: from the kernel's receive stamps; full)
+    transport_feedback: bool = False
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -55,6 +58,11 @@ class LoadTestConfig:
         if self.receiver == "count" and self.decode_mode == "all":
             raise ConfigError(
                 "--receiver count decrypts only the keyframes it samples: --decode all needs "
+                "--receiver lean or full"
+            )
+        if self.receiver == "count" and self.transport_feedback:
+            raise ConfigError(
+                "--receiver count reads no transport-wide numbers: --transport-feedback needs "
                 "--receiver lean or full"
             )
         if self.decode not in DECODE_MODES:

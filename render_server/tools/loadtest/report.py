@@ -143,6 +143,7 @@ def stream_summary(result: StreamResult, run: RunResult) -> dict[str, Any]:
         "socket_reads": result.socket_reads,
         "socket_stamped": result.socket_stamped,
         "socket_dropped": result.socket_dropped,
+        "feedback_sent": result.feedback_sent,
         "nacks_sent": result.nacks_sent,
         "nacked_packets": result.nacked_packets,
         "plis_sent": result.plis_sent,
@@ -205,6 +206,7 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "keyframes": sum(r.keyframes for r in run.streams),
         "lost_packets": sum(r.lost_packets for r in run.streams),
         "packets": sum(r.packets for r in run.streams),
+        "feedback_sent": sum(r.feedback_sent for r in run.streams),
         "nacks_sent": sum(r.nacks_sent for r in run.streams),
         "plis_sent": sum(r.plis_sent for r in run.streams),
         "freezes": sum(r.freezes for r in run.streams),
@@ -217,7 +219,7 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "decode_failed": sum(1 for s in streams if s["decode_ok"] is False),
         "decode": decode_totals(config.decode, [s["decode"] for s in streams if s["decode"]]),
     }
-    verdict = judge(config.fps_floor, config.max_p95_ms, streams)
+    verdict = judge(config.fps_floor, config.max_p95_ms, streams, config.transport_feedback)
     return {
         "schema": SCHEMA,
         "config": config.as_dict(),
@@ -273,6 +275,7 @@ def server_check(run: RunResult, frames: int, sent: int, packets: int) -> dict[s
         "server_keyframes": int(delta["keyframes"]),
         "server_sessions_started": int(delta["sessions_started"]),
         "server_media_packets": int(delta.get("media_packets", 0.0)),
+        "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
         "harness_frames": frames,
         "harness_bytes": sent,
         "harness_packets": packets,
@@ -286,7 +289,10 @@ def server_check(run: RunResult, frames: int, sent: int, packets: int) -> dict[s
 
 
 def judge(
-    min_fps: float | None, max_p95_ms: float | None, streams: list[dict[str, Any]]
+    min_fps: float | None,
+    max_p95_ms: float | None,
+    streams: list[dict[str, Any]],
+    transport_feedback: bool = False,
 ) -> Verdict:
     reasons = []
     failed = [s for s in streams if s["state"] == "failed" and not s["never_started"]]
@@ -304,6 +310,9 @@ def judge(
             f"{len(behind)} stream(s) lost datagrams in the harness's own full socket buffers, "
             f"the harness fell behind ({_names(behind)})"
         )
+    mute = [s for s in streams if transport_feedback and s["frames"] and not s["feedback_sent"]]
+    if mute:  # the worker ran without it: the run measured its REMB path, not what was asked
+        reasons.append(f"{len(mute)} stream(s) sent no transport-cc feedback ({_names(mute)})")
     bad_video = [s for s in streams if s["decode_ok"] is False]
     if bad_video:
         reasons.append(f"{len(bad_video)} stream(s) failed the decode check ({_names(bad_video)})")
@@ -362,7 +371,8 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"setup (request → first frame): p50 {_fmt(setup.get('p50'), '.0f')} "
         f"max {_fmt(a['setup_max_ms'], '.0f')} ms; lost "
         f"packets {a['lost_packets']} of {a['packets']}, NACKs {a['nacks_sent']}, PLIs "
-        f"{a['plis_sent']}, decode check failed on {a['decode_failed']}",
+        f"{a['plis_sent']}, transport-cc feedback {a['feedback_sent']}, decode check failed on "
+        f"{a['decode_failed']}",
     ]
     d = a["decode"]
     if d is not None:

@@ -32,12 +32,13 @@ class StreamResult:
     keyframes: int = 0
     incomplete_frames: int = 0
     packets: int = 0
-    duplicate_packets: int = 0
+    duplicate_packets: int = 0  # copies of packets received: repeats, RTX probe padding
     lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
     socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
     socket_reads: int = 0  # lean: the reads that brought every datagram (UDP_GRO: runs whole)
     socket_stamped: int = 0  # of them, those timed by the kernel's receive time (udp_gro)
     socket_dropped: int = 0  # the kernel's drops at the harness's full sockets (a run: once)
+    feedback_sent: int = 0  # transport-cc feedback packets (`transport_feedback`)
     nacks_sent: int = 0
     nacked_packets: int = 0
     plis_sent: int = 0

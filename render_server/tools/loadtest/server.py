@@ -20,6 +20,7 @@ WORKER_COUNTERS = {
     "bytes": "worker_frame_bytes_total",
     "keyframes": "worker_keyframes_total",
     "sessions_started": "sessions_started_total",
+    "transport_feedback": "worker_transport_feedback_total",  # read by the controllers
 }
 # RTP packets of media the paced send path sent first (not resent, not padding or FEC)
 MEDIA_PACKETS = ("worker_paced_packets_total{", 'kind="media"')

@@ -31,6 +31,10 @@ from render_server.tools.measure.clock import ping_burst, ping_every
 from render_server.tools.measure.frames import FrameAssembler, ObservedFrame
 from render_server.tools.signaling_client import SignalingClient, SignalingError
 from render_server.transport.counting_receiver import CountingReceiver
+from render_server.transport.feedback_generator import (
+    TransportFeedbackHandle,
+    send_transport_feedback,
+)
 from render_server.transport.lean_receiver import LeanReceiver
 from render_server.transport.receiver_hook import observe_receiver
 
@@ -54,6 +58,7 @@ class StreamProbe:
         self.t0_ms = t0_ms
         self.result = StreamResult(index, process)
         self._lean: LeanReceiver | None = None
+        self._feedback: TransportFeedbackHandle | None = None
         self.latency = FrameLatencies()  # also takes the pongs: its clock is the stream's
         self.interval_ms = 1000.0 / config.fps
         self.decoder: StreamDecoder | None = None
@@ -81,10 +86,12 @@ class StreamProbe:
 
     @property
     def packets(self) -> int:
-        """The media's RTP packets received so far."""
+        """The media's RTP packets received so far, each once: not the copies a bandwidth
+        probe's padding repeats (RTX of recent packets, under transport-cc), nor repeats."""
         if isinstance(self._lean, CountingReceiver):  # the assembler sees no packet
             return self._lean.stats.packets
-        return self.assembler.stats.packets
+        stats = self.assembler.stats
+        return stats.packets - stats.duplicates - stats.late
 
     def _rel_s(self, ms: float) -> float:
         return round((ms - self.t0_ms) / 1000.0, 4)
@@ -156,9 +163,11 @@ class StreamProbe:
             self.result.started_size = f"{width}x{height}"
         self.result.state = "negotiating"
 
-        # no transport-cc feedback: arrival times stamped by a harness that shares the cores
-        # with tens of streams would read its own scheduling delays as congestion, and the
-        # worker would slow streams a browser's network thread would have let run
+        # transport-cc feedback only when asked (`transport_feedback`): the lean receiver
+        # times packets by the kernel's receive stamps, but the full one when aiortc hands
+        # them on, and a harness sharing the cores with tens of streams would read its own
+        # scheduling delays as congestion there; without it the worker follows REMB
+        feedback = self.config.transport_feedback
         self.pc, receiver, self._channel = signaling.viewer_peer(
             self._on_message, self._on_channel_open, codec=self.config.codec,
             transport_feedback=False,
@@ -166,10 +175,15 @@ class StreamProbe:
         self.pc.on("connectionstatechange", self._on_connection_state)
         lean = None
         if self.config.receiver == "lean":
-            lean = self._lean = LeanReceiver(receiver, self.assembler.add, self.assembler.set_codec)
+            lean = self._lean = LeanReceiver(
+                receiver, self.assembler.add, self.assembler.set_codec, transport_feedback=feedback
+            )
+            self._feedback = lean.feedback
         elif self.config.receiver == "count":
             lean = self._lean = CountingReceiver(receiver, self._on_counted, self._sampler)
         else:
+            if feedback:
+                self._feedback = send_transport_feedback(receiver)
             observe_receiver(receiver, self.assembler.add, on_codec=self.assembler.set_codec)
         self._count_feedback(receiver)
         try:
@@ -216,6 +230,8 @@ class StreamProbe:
             result.socket_reads = self._lean.gro.reads
             result.socket_stamped = self._lean.gro.stamped
             result.socket_dropped = self._lean.gro.dropped
+        if self._feedback is not None:
+            result.feedback_sent = self._feedback.sent
         if self.decoder is not None:
             await asyncio.to_thread(self.decoder.close)
         self._finish()
@@ -233,7 +249,7 @@ class StreamProbe:
         r = self.result
         stats = self.assembler.stats
         r.packets = self.packets
-        r.duplicate_packets = stats.duplicates
+        r.duplicate_packets = stats.duplicates + stats.late  # of frames done, or given up
         r.incomplete_frames = stats.incomplete
         lean = self._lean  # a counting receiver's assembler sees no packet
         r.lost_packets = (
