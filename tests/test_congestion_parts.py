@@ -4,7 +4,6 @@ send history."""
 
 from __future__ import annotations
 
-import gc
 import random
 
 import pytest
@@ -35,6 +34,8 @@ from render_server.transport.congestion.types import (
     ProbeCluster,
     SentPacket,
 )
+
+from .gc_visits import gc_visits
 
 # inter-arrival groups
 
@@ -526,21 +527,31 @@ def test_history_counts_a_late_arrival_once_and_takes_back_its_loss() -> None:
     assert (again.lost, again.reported, len(again.received)) == (-1, 1, 2)
 
 
-def test_a_full_history_adds_next_to_nothing_to_a_full_collection() -> None:
+def test_a_full_history_gives_a_full_collection_nothing_to_walk() -> None:
     """A 4K60 stream under transport-cc keeps MAX_PACKETS packets: the collector that stops
-    every stream of the process must not walk them one by one."""
+    every stream of the process must not visit them one by one."""
     history = SendHistory()
-    gc.collect()
-    gc.collect()
-    before = len(gc.get_objects())
     for i in range(MAX_PACKETS):
         history.add(SentPacket(i, 1200, i * 4e-4, None if i % 7 else 3))
     history.match([PacketFeedback(s, 1.0 + s * 4e-4) for s in range(0, MAX_PACKETS, 2)])
     history.match([PacketFeedback(s, None) for s in range(1, 101, 2)])
-    gc.collect()
-    gc.collect()
     assert len(history) == MAX_PACKETS
-    assert len(gc.get_objects()) - before < 100
+    assert gc_visits(history) < 50
+
+
+def test_the_history_forgets_by_time_and_by_count_and_keeps_the_cluster() -> None:
+    history = SendHistory()
+    assert history.add(SentPacket(7, 900, 0.0, 2))
+    assert history.add(SentPacket(8, 900, 4.0))
+    assert [r.sent for r in history.match([PacketFeedback(7, 1.0)]).received] == [
+        SentPacket(7, 900, 0.0, 2)
+    ]
+    assert history.add(SentPacket(9, 900, 5.5))  # 7 is now older than WINDOW_S
+    assert history.match([PacketFeedback(7, 2.0)]).received == []
+    assert len(history) == 2
+    assert history.add(SentPacket(8 + MAX_PACKETS, 900, 5.6))  # 8's slot: 8 is forgotten
+    assert [r.sent.sequence for r in history.match([PacketFeedback(8, 2.0)]).received] == []
+    assert not history.add(SentPacket(8, 900, 5.7))  # older than the last MAX_PACKETS
 
 
 # the delay-based estimate reads the standing queue

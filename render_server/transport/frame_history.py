@@ -11,8 +11,10 @@ packet from the record: the same header fields, payload and extensions as before
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from array import array
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
 
 from aiortc.rtp import HeaderExtensions, RtpPacket
 
@@ -51,6 +53,7 @@ class HistoryPacket(RtpPacket):
 # and payload list, the ~220 frames each 4K60 stream keeps were ~40 % of the objects that every
 # full collection of a worker walked (its pause stops every stream).
 SentFrame = tuple[int, tuple[bytes, ...], int, int, int, int | None, str | None, int]
+_EMPTY: Final = -1  # a slot no frame holds (frame numbers are ≥ 0)
 
 
 def sent_frame(
@@ -80,23 +83,74 @@ def frame_packet(frame: SentFrame, key: int) -> HistoryPacket:
     )  # fmt: skip
 
 
-class FrameHistory(dict[int, Any]):
-    """aiortc's history dict, keyed as aiortc keys it, holding `SentFrame`s."""
+class FrameHistory:
+    """aiortc's retransmission history as aiortc reads it (`get(key)`, `[key]`: the packet
+    of sequence number `key` modulo the size; `clear()`), filled a frame at a time.
+
+    The slots hold frame numbers in a flat array, and a dict holds the records of the frames
+    that still own a slot (a few hundred), so a full garbage collection has next to nothing to
+    walk: as a dict of slots (8,192 at 4K60), each collection visited every key and record,
+    the pause that stops every stream of the process. A frame is forgotten once its last
+    packet's slot is taken: packets take the slots in order, so by then all of its are."""
+
+    def __init__(self) -> None:
+        self._size = 0
+        self._slots = array("q")
+        self._frames: dict[int, SentFrame] = {}  # frame number → record
+        self._order: deque[int] = deque()  # the frame numbers kept, oldest first
+        self._next = 0
 
     def add(self, frame: SentFrame) -> None:
-        count, size = len(frame[1]), frame[-1]
-        start = frame[0] % size
-        if count >= size:
-            self.update(dict.fromkeys(range(size), frame))
-            return
-        for key in range(start, min(start + count, size)):
-            self[key] = frame
-        for key in range(start + count - size):  # over the end of the slots
-            self[key] = frame
+        size = frame[-1]
+        if size != self._size:  # the process's history grew: keep what is kept, keyed anew
+            kept = [self._frames[n][:-1] + (size,) for n in self._order]
+            self._size, self._slots = size, array("q", [_EMPTY]) * size
+            self._frames.clear()
+            self._order.clear()
+            for old in kept:
+                self.add(old)  # the same record, the new size
+        number = self._next
+        self._next += 1
+        self._frames[number] = frame
+        self._order.append(number)
+        start, count = frame[0] % size, min(len(frame[1]), size)
+        head = min(count, size - start)
+        self._slots[start : start + head] = array("q", [number]) * head
+        if count > head:  # over the end of the slots
+            self._slots[: count - head] = array("q", [number]) * (count - head)
+        order, frames = self._order, self._frames
+        while order and not self._owns_last_slot(order[0]):
+            del frames[order.popleft()]
+
+    def _owns_last_slot(self, number: int) -> bool:
+        first, payloads = self._frames[number][:2]
+        return self._slots[(first + len(payloads) - 1) % self._size] == number
+
+    def _frame(self, key: int) -> SentFrame | None:
+        if not 0 <= key < self._size:
+            return None
+        return self._frames.get(self._slots[key])
 
     def get(self, key: int, default: Any = None) -> Any:
-        frame = dict.get(self, key)
+        frame = self._frame(key)
         return default if frame is None else frame_packet(frame, key)
 
     def __getitem__(self, key: int) -> HistoryPacket:
-        return frame_packet(dict.__getitem__(self, key), key)
+        frame = self._frame(key)
+        if frame is None:
+            raise KeyError(key)
+        return frame_packet(frame, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int) and self._frame(key) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return (key for key in range(self._size) if self._frame(key) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def clear(self) -> None:
+        self._slots = array("q", [_EMPTY]) * self._size
+        self._frames.clear()
+        self._order.clear()
