@@ -175,10 +175,17 @@ def test_worker_counters_sum_over_labels() -> None:
     assert parse_prometheus(text)['worker_keyframes_total{reason="start"}'] == 3.0
     counters = worker_counters(text)
     assert counters == {"frames": 120.0, "bytes": 5e5, "keyframes": 5.0, "sessions_started": 0.0,
-                        "transport_feedback": 0.0, "media_packets": 0.0}  # fmt: skip
+                        "transport_feedback": 0.0, "media_packets": 0.0,
+                        "full_collections": 0.0, "full_collection_s": 0.0}  # fmt: skip
     text += 'worker_paced_packets_total{kind="media"} 900.0\n'
     text += 'worker_paced_packets_total{kind="padding"} 40.0\n'
-    assert worker_counters(text)["media_packets"] == 900.0
+    text += 'python_gc_pause_seconds_count{generation="0"} 500.0\n'
+    text += 'python_gc_pause_seconds_count{child="0",child_pid="9",generation="2"} 3.0\n'
+    text += 'python_gc_pause_seconds_count{generation="2"} 1.0\n'
+    text += 'python_gc_pause_seconds_sum{generation="2"} 0.25\n'
+    counters = worker_counters(text)
+    assert counters["media_packets"] == 900.0
+    assert counters["full_collections"] == 4.0 and counters["full_collection_s"] == 0.25
 
 
 def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:

@@ -276,6 +276,8 @@ def server_check(run: RunResult, frames: int, sent: int, packets: int) -> dict[s
         "server_sessions_started": int(delta["sessions_started"]),
         "server_media_packets": int(delta.get("media_packets", 0.0)),
         "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
+        "server_full_collections": int(delta.get("full_collections", 0.0)),
+        "server_full_collection_ms": round(delta.get("full_collection_s", 0.0) * 1000, 1),
         "harness_frames": frames,
         "harness_bytes": sent,
         "harness_packets": packets,
@@ -406,7 +408,8 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
             f"server /metrics: {check['server_frames']} frames, {check['server_bytes'] / 1e6:.1f}"
             f" MB sent; harness received {check['harness_frames']} frames "
             f"({_fmt(check['frames_ratio'], '.2%')}), {check['harness_bytes'] / 1e6:.1f} MB "
-            f"({_fmt(check['bytes_ratio'], '.2%')})"
+            f"({_fmt(check['bytes_ratio'], '.2%')}); its full garbage collections "
+            f"{check['server_full_collections']}, {check['server_full_collection_ms']:.0f} ms"
         )
     lines.append(
         f"{'#':>4} {'state':<7} {'fps':>6} {'min1s':>5} {'Mbps':>7} {'p50':>6} {'p95':>6} "

@@ -22,8 +22,14 @@ WORKER_COUNTERS = {
     "sessions_started": "sessions_started_total",
     "transport_feedback": "worker_transport_feedback_total",  # read by the controllers
 }
-# RTP packets of media the paced send path sent first (not resent, not padding or FEC)
-MEDIA_PACKETS = ("worker_paced_packets_total{", 'kind="media"')
+LABELLED = {
+    # RTP packets of media the paced send path sent first (not resent, not padding or FEC)
+    "media_packets": ("worker_paced_packets_total{", 'kind="media"'),
+    # the server's full garbage collections (each stops every stream of its process), and
+    # their time, summed over a worker pool's children
+    "full_collections": ("python_gc_pause_seconds_count{", 'generation="2"'),
+    "full_collection_s": ("python_gc_pause_seconds_sum{", 'generation="2"'),
+}
 
 
 class ServerUnreachable(ConnectionError):
@@ -106,10 +112,10 @@ def worker_counters(text: str) -> dict[str, float]:
             for name, value in samples.items()
             if name == metric or name.startswith(metric + "{")
         )
-    prefix, label = MEDIA_PACKETS
-    out["media_packets"] = sum(
-        value for name, value in samples.items() if name.startswith(prefix) and label in name
-    )
+    for key, (prefix, label) in LABELLED.items():
+        out[key] = sum(
+            value for name, value in samples.items() if name.startswith(prefix) and label in name
+        )
     return out
 
 
