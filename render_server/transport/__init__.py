@@ -35,7 +35,9 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
   transport-cc feedback): replaces `RTCRtpReceiver._handle_rtp_packet` on the instance, wrapping
   whatever is there (so it composes with `receiver_hook` in either order), sends through
   `RTCRtpReceiver._send_rtcp`, reads its private `__rtcp_ssrc` and `__rtcp_task`
-  (`transport_feedback`, the wire format it writes, is pure and patches nothing).
+  (`transport_feedback`, the wire format it writes, is pure and patches nothing);
+  `feedback_sender` only sends, for `lean_receiver`, which reads the transport-wide id from
+  `RTCDtlsTransport._rtp_header_extensions_map` (its private `_HeaderExtensionsMap__ids`).
 - `av1_codec.register_av1` (AV1, which aiortc lacks; `av1_rtp` is its pure payload format):
   appends to `aiortc.codecs.CODECS["video"]`, widens `aiortc.rtp.DYNAMIC_PAYLOAD_TYPES` to
   35-63 (Chromium's AV1 payload types), wraps `aiortc.rtcpeerconnection.is_codec_compatible`

@@ -4,9 +4,9 @@ the packets a NACK or a probe's padding asks for.
 aiortc keeps every sent packet as an `RtpPacket` in a dict keyed by its sequence number modulo
 the history's size (`RTCRtpSender.__rtp_history`), and nearly all of them are never read:
 building one object per packet was a tenth of the send path's CPU at 4K60. Here each slot of a
-frame's packets points at one record of the frame, set in one short loop, and `get`
-(all that aiortc's `_retransmit`, `count_retransmits` and the probes' padding call) builds the
-packet from the record: the same header fields, payload and extensions as before.
+frame's packets holds the frame's number (one slice of a flat array), and `get` (all that
+aiortc's `_retransmit`, `count_retransmits` and the probes' padding call) builds the packet from
+the frame's record: the same header fields, payload and extensions as before.
 """
 
 from __future__ import annotations

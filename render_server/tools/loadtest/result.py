@@ -32,7 +32,9 @@ class StreamResult:
     keyframes: int = 0
     incomplete_frames: int = 0
     packets: int = 0
-    duplicate_packets: int = 0  # copies of packets received: repeats, RTX probe padding
+    # packets not counted as media: repeats and RTX probe padding (copies), and packets of
+    # frames already done or given up
+    duplicate_packets: int = 0
     lost_packets: int = 0  # missing when their frame was given up (after NACK repair)
     socket_packets: int = 0  # lean: SRTP datagrams read where the socket received them
     socket_reads: int = 0  # lean: the reads that brought every datagram (UDP_GRO: runs whole)
