@@ -19,14 +19,18 @@ def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 
 def test_a_full_collection_is_counted_and_timed_in_every_registry() -> None:
     first, second = Metrics(), Metrics()
-    before = _samples(first)
     count = ("python_gc_pause_seconds_count", (("generation", "2"),))
     total = ("python_gc_pause_seconds_sum", (("generation", "2"),))
-    garbage: list[object] = []
-    garbage.append(garbage)  # a cycle: only a collection frees it
-    del garbage
-    gc.collect()
-    after, other = _samples(first), _samples(second)
+    gc.disable()  # no collection of its own between the two readings: only the one asked for
+    try:
+        before = _samples(first)
+        garbage: list[object] = []
+        garbage.append(garbage)  # a cycle: only a collection frees it
+        del garbage
+        gc.collect()
+        after, other = _samples(first), _samples(second)
+    finally:
+        gc.enable()
     assert after[count] == before[count] + 1
     assert after[total] > before[total]
     assert other[count] == after[count], "one process, one clock: both registries say the same"
