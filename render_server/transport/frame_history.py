@@ -12,7 +12,6 @@ the frame's record: the same header fields, payload and extensions as before.
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -96,31 +95,28 @@ class FrameHistory:
     def __init__(self) -> None:
         self._size = 0
         self._slots = array("q")
-        self._frames: dict[int, SentFrame] = {}  # frame number → record
-        self._order: deque[int] = deque()  # the frame numbers kept, oldest first
+        self._frames: dict[int, SentFrame] = {}  # frame number → record, oldest first
         self._next = 0
 
     def add(self, frame: SentFrame) -> None:
         size = frame[-1]
         if size != self._size:  # the process's history grew: keep what is kept, keyed anew
-            kept = [self._frames[n][:-1] + (size,) for n in self._order]
+            kept = [record[:-1] + (size,) for record in self._frames.values()]
             self._size, self._slots = size, array("q", [_EMPTY]) * size
             self._frames.clear()
-            self._order.clear()
             for old in kept:
                 self.add(old)  # the same record, the new size
         number = self._next
         self._next += 1
         self._frames[number] = frame
-        self._order.append(number)
         start, count = frame[0] % size, min(len(frame[1]), size)
         head = min(count, size - start)
         self._slots[start : start + head] = array("q", [number]) * head
         if count > head:  # over the end of the slots
             self._slots[: count - head] = array("q", [number]) * (count - head)
-        order, frames = self._order, self._frames
-        while order and not self._owns_last_slot(order[0]):
-            del frames[order.popleft()]
+        frames = self._frames
+        while not self._owns_last_slot(oldest := next(iter(frames))):
+            del frames[oldest]
 
     def _owns_last_slot(self, number: int) -> bool:
         first, payloads = self._frames[number][:2]
@@ -153,4 +149,3 @@ class FrameHistory:
     def clear(self) -> None:
         self._slots = array("q", [_EMPTY]) * self._size
         self._frames.clear()
-        self._order.clear()

@@ -14,7 +14,7 @@ packing (`pack_header_extensions` chooses it for ids up to 14 and values up to 1
 
 from __future__ import annotations
 
-from struct import pack
+from struct import Struct, pack
 from typing import Final
 
 from aiortc.rtcrtpparameters import RTCRtpParameters
@@ -33,6 +33,7 @@ TRANSPORT_CC_URI: Final = (
 # header, the 4-byte extension header (0xBEDE, length), then the element's id/length byte
 TRANSPORT_CC_OFFSET: Final = 17
 ONE_BYTE_PROFILE: Final = b"\xbe\xde"
+_BLOCK_HEADER: Final = Struct("!HH")  # a header extension block's profile and length in words
 
 
 class SenderExtensionsMap(HeaderExtensionsMap):
@@ -93,35 +94,20 @@ def write_transport_sequence(packet: bytearray, extension_id: int, sequence: int
 
 
 def read_transport_sequence(packet: bytes, extension_id: int) -> int | None:
-    """The transport-wide number (16 bits) a serialized RTP `packet` carries in its one-byte
-    or two-byte header extension element `extension_id`; None where it has none."""
+    """The transport-wide number (16 bits) a serialized RTP `packet` carries in its header
+    extension element `extension_id` (one-byte or two-byte headers, aiortc's parser); None
+    where it has none, or the block is cut short."""
     start = 12 + 4 * (packet[0] & 0x0F)
     if not packet[0] & 0x10 or len(packet) < start + 4:
         return None
-    profile = packet[start] << 8 | packet[start + 1]
-    end = min(len(packet), start + 4 + 4 * (packet[start + 2] << 8 | packet[start + 3]))
-    i = start + 4
-    if profile == 0xBEDE:  # one-byte header: id (4 bits), length - 1 (4 bits)
-        while i < end:
-            head = packet[i]
-            element, size = head >> 4, (head & 0x0F) + 1
-            if head == 0:  # padding
-                i += 1
-                continue
-            if element == 15:  # reserved: the rest is not to be read
-                return None
-            if element == extension_id:
-                return packet[i + 1] << 8 | packet[i + 2] if size == 2 and i + 3 <= end else None
-            i += 1 + size
-    elif profile & 0xFFF0 == 0x1000:  # two-byte header: id, length
-        while i + 1 < end:
-            element, size = packet[i], packet[i + 1]
-            if element == 0:  # padding
-                i += 1
-                continue
-            if element == extension_id:
-                return packet[i + 2] << 8 | packet[i + 3] if size == 2 and i + 4 <= end else None
-            i += 2 + size
+    profile, words = _BLOCK_HEADER.unpack_from(packet, start)
+    try:
+        elements = unpack_header_extensions(profile, packet[start + 4 : start + 4 + 4 * words])
+    except ValueError:  # an element runs past the block (or the packet)
+        return None
+    for element, value in elements:
+        if element == extension_id:
+            return int.from_bytes(value, "big") if len(value) == 2 else None
     return None
 
 

@@ -312,8 +312,8 @@ def judge(
             f"{len(behind)} stream(s) lost datagrams in the harness's own full socket buffers, "
             f"the harness fell behind ({_names(behind)})"
         )
-    mute = [s for s in streams if transport_feedback and s["frames"] and not s["feedback_sent"]]
-    if mute:  # the worker ran without it: the run measured its REMB path, not what was asked
+    mute = [s for s in streams if s["frames"] and not s["feedback_sent"]]
+    if transport_feedback and mute:  # the worker ran without it: the run measured REMB's path
         reasons.append(f"{len(mute)} stream(s) sent no transport-cc feedback ({_names(mute)})")
     bad_video = [s for s in streams if s["decode_ok"] is False]
     if bad_video:
