@@ -298,7 +298,7 @@ class SendPath:
                 cluster = prober.run.cluster.id
                 padding = prober.padding(now, self._last_media, self.fec)
                 self.packets["padding"] += len(padding)
-                await self._transmit([self._number(data, now, cluster) for data in padding], now)
+                await self._transmit(self._number(padding, now, cluster), now)
             wait = self.queue.wait(now)
             until = max(0.0, next_process - self._clock())
             probe_wait = prober.wait(now)
@@ -319,29 +319,34 @@ class SendPath:
     async def _send_ready(self, now: float) -> None:
         ready = self.queue.pop(now)
         if ready:
-            cluster, batch = self.prober.cluster_id, []
+            packets = self.packets
             for packet in ready:
-                self.packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
-                batch.append(self._number(packet.data, now, cluster))
+                packets[packet.kind or self._kind(packet.data, packet.retransmission)] += 1
+            batch = self._number([packet.data for packet in ready], now, self.prober.cluster_id)
             self.prober.sent(batch, now)
             await self._transmit(batch, now)
 
-    def _number(self, data: bytearray, now: float, cluster: int | None) -> bytearray:
-        """`data` with its transport-wide number written, told to the controller as sent."""
+    def _number(self, batch: list[bytearray], now: float, cluster: int | None) -> list[bytearray]:
+        """`batch` with transport-wide numbers written, each told to the controller as sent.
+        A batch at a time: at 4K60 this runs for 2,700 packets a second a stream."""
         ids = self.sender._RTCRtpSender__rtp_header_extensions_map
         extension_id = getattr(ids, "transport_cc_id", None)
-        if extension_id is not None and write_transport_sequence(
-            data, extension_id, self._sequence & 0xFFFF
-        ):
-            if self.mode != "remb":  # on REMB alone no feedback will ever name it
-                self.controller.on_packet_sent(
-                    SentPacket(self._sequence, len(data) + PACKET_OVERHEAD, now, cluster)
-                )
-                if self.fec is not None:
-                    self.fec.on_sent(data, self._sequence)
-            self._sequence += 1
-            self._first_sent = now if self._first_sent is None else self._first_sent
-        return data
+        if extension_id is None:
+            return batch
+        reporting = self.mode != "remb"  # on REMB alone no feedback will ever name them
+        on_sent, fec = self.controller.on_packet_sent, self.fec
+        sequence = first = self._sequence
+        for data in batch:
+            if write_transport_sequence(data, extension_id, sequence & 0xFFFF):
+                if reporting:
+                    on_sent(SentPacket(sequence, len(data) + PACKET_OVERHEAD, now, cluster))
+                    if fec is not None:
+                        fec.on_sent(data, sequence)
+                sequence += 1
+        self._sequence = sequence
+        if self._first_sent is None and sequence != first:
+            self._first_sent = now
+        return batch
 
     def _kind(self, data: bytes | bytearray, retransmission: bool) -> str:
         if not retransmission:
@@ -361,12 +366,12 @@ class SendPath:
         if self._sequence == 0:
             return []
         latest = self._sequence - 1
-        results = []
-        for wire_sequence, arrival_us in packets:
-            sequence = latest - ((latest - wire_sequence) & 0xFFFF)  # never ahead of the latest
-            if sequence >= 0:
-                arrival = None if arrival_us is None else arrival_us / 1e6
-                results.append(PacketFeedback(sequence, arrival))
+        results = [  # unwrapped: never ahead of the latest
+            PacketFeedback(latest - ((latest - wire) & 0xFFFF), None if us is None else us / 1e6)
+            for wire, us in packets
+        ]
+        if latest < 0xFFFF:  # early on, a number that unwraps below 0 was never sent
+            results = [result for result in results if result.sequence >= 0]
         if not results:
             return []
         self.feedback_messages += 1

@@ -182,9 +182,19 @@ class TransportFeedback:
             index += symbol
             arrival_us += ticks * DELTA_TICK_US
             packets.append((seq, arrival_us))
-        return cls(
-            sender_ssrc, media_ssrc, base_sequence, reference_time, feedback_count, tuple(packets)
-        )
+        # built from the wire's own fields, so valid by construction: `__post_init__`'s checks
+        # (a pass over every packet, re-deriving each delta) are skipped on this path
+        feedback = object.__new__(cls)
+        for name, value in (
+            ("sender_ssrc", sender_ssrc),
+            ("media_ssrc", media_ssrc),
+            ("base_sequence", base_sequence),
+            ("reference_time", reference_time),
+            ("feedback_count", feedback_count),
+            ("packets", tuple(packets)),
+        ):
+            object.__setattr__(feedback, name, value)
+        return feedback
 
     def __bytes__(self) -> bytes:
         """The whole RTCP packet, common header and padding included."""

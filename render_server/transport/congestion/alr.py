@@ -34,15 +34,25 @@ class AlrDetector:
         self._remaining = min(max(self._remaining, -self._max_bytes), self._max_bytes)
 
     def on_bytes_sent(self, size: int, send_time: float) -> None:
+        # comparisons rather than min() and max(): this runs for every packet sent
         last = self._last_send
-        self._last_send = send_time if last is None else max(last, send_time)
         if last is None:
+            self._last_send = send_time
             return  # the time it took to send these bytes is unknown
-        elapsed = max(send_time - last, 0.0)
-        self._remaining = max(self._remaining - size, -self._max_bytes)
+        elapsed = 0.0
+        if send_time > last:
+            self._last_send = send_time
+            elapsed = send_time - last
+        max_bytes = self._max_bytes
+        remaining = self._remaining - size
+        if remaining < -max_bytes:
+            remaining = -max_bytes
         # an underused budget carries over (IntervalBudget with can_build_up_underuse)
-        self._remaining = min(self._remaining + elapsed * self._rate, self._max_bytes)
-        level = self._remaining / self._max_bytes if self._max_bytes > 0 else 0.0
+        remaining += elapsed * self._rate
+        if remaining > max_bytes:
+            remaining = max_bytes
+        self._remaining = remaining
+        level = remaining / max_bytes if max_bytes > 0 else 0.0
         if level > START_BUDGET_LEVEL and self.start_time is None:
             self.start_time = send_time
         elif level < STOP_BUDGET_LEVEL and self.start_time is not None:

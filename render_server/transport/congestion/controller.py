@@ -27,7 +27,19 @@ from .probing import ProbeBitrateEstimator, ProbeController
 from .queue_delay import QueueDelay
 from .rtt import RttEstimator
 from .throughput import AcknowledgedBitrate
-from .types import CongestionState, PacketFeedback, ProbeCluster, SentPacket, is_finite
+from .types import (
+    CongestionState,
+    PacketFeedback,
+    PacketResult,
+    ProbeCluster,
+    SentPacket,
+    is_finite,
+)
+
+
+def _arrival_order(result: PacketResult) -> tuple[float, float, int]:
+    return result.arrival, result.sent.send_time, result.sent.sequence
+
 
 MIN_BITRATE_FLOOR: Final = 5_000  # kCongestionControllerMinBitrate
 PACING_FLOOR: Final = 300_000  # a keyframe at the minimum bitrate must not take seconds
@@ -57,6 +69,7 @@ class CongestionController:
         self._probe_estimator = ProbeBitrateEstimator()
         self._alr = AlrDetector(start)
         self._queue = QueueDelay()
+        self._clocked = False  # a time was given to the probes
 
     @property
     def min_bitrate(self) -> int:
@@ -94,7 +107,9 @@ class CongestionController:
             return
         if packet.probe_cluster is not None:
             self._probe_estimator.on_sent(packet.probe_cluster)
-        self._probes.clock(packet.send_time)
+        if not self._clocked:  # the probes want the first time seen, once
+            self._probes.clock(packet.send_time)
+            self._clocked = True
         self._alr.on_bytes_sent(packet.size, packet.send_time)
 
     def forget_sent(self) -> None:
@@ -109,18 +124,19 @@ class CongestionController:
             return
         matched = self._history.match(feedback)
         self._loss.on_feedback(matched.lost, matched.reported, t)
-        received = sorted(
-            matched.received, key=lambda r: (r.arrival, r.sent.send_time, r.sent.sequence)
-        )
+        received = matched.received
+        received.sort(key=_arrival_order)
         if received:
             self._update_rtt(t - max(r.sent.send_time for r in received))
         self._throughput.update(received)
         self._queue.update(t, received)
+        probes = self._probes
         for result in received:
             cluster_id = result.sent.probe_cluster
-            cluster = None if cluster_id is None else self._probes.cluster(cluster_id)
-            if cluster is not None:
-                self._probe_estimator.handle(result, cluster)
+            if cluster_id is not None:
+                cluster = probes.cluster(cluster_id)
+                if cluster is not None:
+                    self._probe_estimator.handle(result, cluster)
         probe = self._probe_estimator.fetch()
         queue = self._queue.queue(t)
         delay = self._delay.on_feedback(received, self._throughput.bitrate, probe, t, queue)
@@ -211,7 +227,9 @@ class CongestionController:
         if self._now is not None and now < self._now:
             now = self._now
         self._now = now
-        self._probes.clock(now)
+        if not self._clocked:
+            self._probes.clock(now)
+            self._clocked = True
         return now
 
     @staticmethod

@@ -13,6 +13,7 @@ import math
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import Final
 
 from .types import PacketFeedback, PacketResult, SentPacket, is_finite
@@ -70,24 +71,27 @@ class SendHistory:
     def add(self, packet: SentPacket) -> bool:
         """Remember a sent packet; False for one that cannot be (a repeated sequence number, one
         older than the last MAX_PACKETS, a time that is not finite, a negative size)."""
-        sequence = packet.sequence
-        if (
-            sequence < 0
-            or sequence <= self._newest - MAX_PACKETS
-            or self._slot(sequence) is not None
-            or not is_finite(packet.send_time, packet.size)
-            or packet.size < 0
-        ):
+        sequence, size, send_time, cluster = packet
+        newest = self._newest
+        if sequence < 0 or sequence <= newest - MAX_PACKETS:
             return False
         slot = sequence % MAX_PACKETS
+        if self._sequences[slot] == sequence and self._times[slot] >= self._latest - WINDOW_S:
+            return False  # kept already (`_slot`, inlined: this runs for every packet sent)
+        try:
+            if not (isfinite(send_time) and isfinite(size)) or size < 0:
+                return False
+        except (TypeError, OverflowError):  # not numbers
+            return False
         self._sequences[slot] = sequence
-        self._sizes[slot] = packet.size
-        self._times[slot] = packet.send_time
-        cluster = packet.probe_cluster
+        self._sizes[slot] = size
+        self._times[slot] = send_time
         self._clusters[slot] = _NO_CLUSTER if cluster is None else cluster
         self._status[slot] = _UNREPORTED
-        self._newest = max(self._newest, sequence)
-        self._latest = max(self._latest, packet.send_time)
+        if sequence > newest:
+            self._newest = sequence
+        if send_time > self._latest:
+            self._latest = send_time
         return True
 
     def clear(self) -> None:
@@ -101,28 +105,37 @@ class SendHistory:
         except a packet first reported lost and then received (a late arrival), which counts
         as received and takes back its loss."""
         matched = Matched()
-        status = self._status
-        for item in feedback:
-            slot = self._slot(item.sequence)
-            if slot is None or status[slot] == _RECEIVED:
+        received = matched.received
+        sequences, times, status = self._sequences, self._times, self._status
+        sizes, clusters = self._sizes, self._clusters
+        oldest, earliest = self._newest - MAX_PACKETS, self._latest - WINDOW_S
+        lost = reported = 0
+        for sequence, arrival in feedback:  # `_slot`, inlined: this runs for every packet
+            slot = sequence % MAX_PACKETS
+            if (
+                sequences[slot] != sequence
+                or sequence <= oldest
+                or times[slot] < earliest
+                or status[slot] == _RECEIVED
+            ):
                 continue
-            if item.arrival is None:
+            if arrival is None:
                 if status[slot] == _UNREPORTED:
                     status[slot] = _LOST
-                    matched.lost += 1
-                    matched.reported += 1
+                    lost += 1
+                    reported += 1
                 continue
-            if not is_finite(item.arrival):
+            if not is_finite(arrival):
                 continue
             if status[slot] == _LOST:
-                matched.lost -= 1
+                lost -= 1
             else:
-                matched.reported += 1
+                reported += 1
             status[slot] = _RECEIVED
-            cluster = self._clusters[slot]
+            cluster = clusters[slot]
             packet = SentPacket(
-                item.sequence, self._sizes[slot], self._times[slot],
-                None if cluster == _NO_CLUSTER else cluster,
-            )  # fmt: skip
-            matched.received.append(PacketResult(packet, item.arrival))
+                sequence, sizes[slot], times[slot], None if cluster == _NO_CLUSTER else cluster
+            )
+            received.append(PacketResult(packet, arrival))
+        matched.lost, matched.reported = lost, reported
         return matched

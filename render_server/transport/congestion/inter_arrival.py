@@ -61,7 +61,9 @@ class InterArrival:
         if send_time < current.first_send:
             return None  # sent before the current group: reordered, of no use
         deltas: Deltas | None = None
-        if self._new_group(current, send_time, arrival):
+        if not self._belongs_to_burst(current, send_time, arrival) and (
+            send_time - current.first_send > self._group_length
+        ):  # a new group
             previous = self._previous
             if previous is not None:
                 send_delta = current.send - previous.send
@@ -82,16 +84,12 @@ class InterArrival:
             self._previous = current
             self._current = _Group(send_time, send_time, arrival, arrival, system_time, size)
             return deltas
-        current.send = max(current.send, send_time)
+        if send_time > current.send:  # a comparison, not max(): this runs for every packet
+            current.send = send_time
         current.size += size
         current.complete = arrival
         current.last_system = system_time
         return None
-
-    def _new_group(self, current: _Group, send_time: float, arrival: float) -> bool:
-        if self._belongs_to_burst(current, send_time, arrival):
-            return False
-        return send_time - current.first_send > self._group_length
 
     @staticmethod
     def _belongs_to_burst(current: _Group, send_time: float, arrival: float) -> bool:

@@ -68,22 +68,21 @@ class AcknowledgedBitrate:
             arrivals.insert(index, arrival)
             sizes.insert(index, result.sent.size)
             sends.insert(index, result.sent.send_time)
-        while self._first_outside():
-            arrivals.popleft()
-            sizes.popleft()
-            self._latest_discarded_send = max(self._latest_discarded_send, sends.popleft())
+        if arrivals:  # the oldest out while it is outside the window (a pop per packet, inlined)
+            latest, discarded = arrivals[-1], self._latest_discarded_send
+            count = len(arrivals)
+            while count > MAX_WINDOW_PACKETS or (
+                (duration := latest - arrivals[0]) > MAX_WINDOW_S
+                or (count > WINDOW_PACKETS and duration > MIN_WINDOW_S)
+            ):
+                arrivals.popleft()
+                sizes.popleft()
+                send = sends.popleft()
+                if send > discarded:
+                    discarded = send
+                count -= 1
+            self._latest_discarded_send = discarded
         self.bitrate = self._rate()
-
-    def _first_outside(self) -> bool:
-        arrivals = self._arrivals
-        if not arrivals:
-            return False
-        if len(arrivals) > MAX_WINDOW_PACKETS:
-            return True
-        duration = arrivals[-1] - arrivals[0]
-        return duration > MAX_WINDOW_S or (
-            len(arrivals) > WINDOW_PACKETS and duration > MIN_WINDOW_S
-        )
 
     def _rate(self) -> float | None:
         arrivals, sizes, sends = self._arrivals, self._sizes, self._sends
