@@ -140,6 +140,31 @@ async def test_transport_feedback_reaches_the_controller_and_aiortc_gets_the_res
         await path.stop()
 
 
+async def test_feedback_from_before_the_first_packet_reaches_the_controller_without_it() -> None:
+    """Numbers are unwrapped against the latest sent: early on, those that would unwrap below
+    0 (a report reaching back past the first packet) were never sent and are left out."""
+    transport, sender, controller, path = paced_path(8_000_000, 8_000_000)
+    told: list[list[int]] = []
+    on_feedback = controller.on_feedback
+
+    def record(now: float, feedback: Any) -> None:
+        told.append([item.sequence for item in feedback])
+        on_feedback(now, feedback)
+
+    controller.on_feedback = record  # type: ignore[method-assign]
+    try:
+        for i in range(20):
+            await transport._send_rtp(sender.packet(i, 200))
+        while len(transport.sent) < 20:
+            await asyncio.sleep(0.005)
+        wire = [((65530 + n) & 0xFFFF, 1_000_000 + 1000 * n) for n in range(26)]
+        await transport._handle_rtcp_data(bytes(TransportFeedback.build(0, sender._ssrc, 0, wire)))
+        assert told == [list(range(20))]
+        assert path.feedback_messages == 1
+    finally:
+        await path.stop()
+
+
 async def test_a_probe_waits_until_what_was_sent_crossed_the_link_at_the_estimate() -> None:
     """At a 1 Mbit/s estimate, 20 small packets and a 4-packet frame take ~80 ms to cross the
     link: the start-up probes' padding (RTX copies) follows them instead of joining them."""
