@@ -189,7 +189,7 @@ def send_transport_feedback(
     order."""
     handle_rtp = getattr(receiver, "_handle_rtp_packet", None)
     if not callable(handle_rtp):
-        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook or RTCP sender")
+        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook")
     inner: RtpHandler = handle_rtp
     handle = feedback_sender(receiver, interval_s, max_packet_bytes)
     generator = handle.generator
@@ -215,7 +215,7 @@ def feedback_sender(
     aiortc does, `lean_receiver`). Call it with the event loop running."""
     send_rtcp = getattr(receiver, "_send_rtcp", None)
     if not callable(send_rtcp):
-        raise RuntimeError("this aiortc's RTCRtpReceiver has no packet hook or RTCP sender")
+        raise RuntimeError("this aiortc's RTCRtpReceiver has no RTCP sender")
     loop = asyncio.get_running_loop()
     handle = TransportFeedbackHandle(TransportFeedbackGenerator(max_packet_bytes=max_packet_bytes))
     handle.task = loop.create_task(_send_periodically(receiver, send_rtcp, handle, interval_s))

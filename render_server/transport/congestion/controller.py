@@ -69,7 +69,6 @@ class CongestionController:
         self._probe_estimator = ProbeBitrateEstimator()
         self._alr = AlrDetector(start)
         self._queue = QueueDelay()
-        self._clocked = False  # a time was given to the probes
 
     @property
     def min_bitrate(self) -> int:
@@ -107,9 +106,7 @@ class CongestionController:
             return
         if packet.probe_cluster is not None:
             self._probe_estimator.on_sent(packet.probe_cluster)
-        if not self._clocked:  # the probes want the first time seen, once
-            self._probes.clock(packet.send_time)
-            self._clocked = True
+        self._probes.clock(packet.send_time)
         self._alr.on_bytes_sent(packet.size, packet.send_time)
 
     def forget_sent(self) -> None:
@@ -227,9 +224,7 @@ class CongestionController:
         if self._now is not None and now < self._now:
             now = self._now
         self._now = now
-        if not self._clocked:
-            self._probes.clock(now)
-            self._clocked = True
+        self._probes.clock(now)
         return now
 
     @staticmethod

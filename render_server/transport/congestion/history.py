@@ -13,7 +13,6 @@ import math
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from math import isfinite
 from typing import Final
 
 from .types import PacketFeedback, PacketResult, SentPacket, is_finite
@@ -72,23 +71,21 @@ class SendHistory:
         """Remember a sent packet; False for one that cannot be (a repeated sequence number, one
         older than the last MAX_PACKETS, a time that is not finite, a negative size)."""
         sequence, size, send_time, cluster = packet
-        newest = self._newest
-        if sequence < 0 or sequence <= newest - MAX_PACKETS:
+        if (
+            sequence < 0
+            or sequence <= self._newest - MAX_PACKETS
+            or self._slot(sequence) is not None
+            or not is_finite(send_time, size)
+            or size < 0
+        ):
             return False
         slot = sequence % MAX_PACKETS
-        if self._sequences[slot] == sequence and self._times[slot] >= self._latest - WINDOW_S:
-            return False  # kept already (`_slot`, inlined: this runs for every packet sent)
-        try:
-            if not (isfinite(send_time) and isfinite(size)) or size < 0:
-                return False
-        except (TypeError, OverflowError):  # not numbers
-            return False
         self._sequences[slot] = sequence
         self._sizes[slot] = size
         self._times[slot] = send_time
         self._clusters[slot] = _NO_CLUSTER if cluster is None else cluster
         self._status[slot] = _UNREPORTED
-        if sequence > newest:
+        if sequence > self._newest:
             self._newest = sequence
         if send_time > self._latest:
             self._latest = send_time
