@@ -2,7 +2,7 @@
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
         [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 48]
-        [--receiver lean|count]
+        [--scaling-bitrate 50000000] [--sink kernel|harness] [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -10,13 +10,17 @@ commands.
 
 4k30     `--encoder replay`, 20 × 3840×2160 at 30 fps, 15 Mbit/s each, held `--hold` s, once
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
-scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at 25
-         Mbit/s, 15 s hold): the packets per second it sent over the hold, per server
-         `--processes` value, and the ratio of each to the first. The harness is a sink here
-         (`--receiver count --decode none --no-drag`: packets and frames counted from the
-         SRTP headers, nothing decrypted), so that the server, not the harness, has this
-         machine's cores; the lean harness costs about what the server does and would halve
-         what it could use.
+scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at
+         `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per
+         server `--processes` value, and the ratio of each to the first. `--scaling-streams`
+         takes one count for every `--processes` value or one per value (`24,48`: as many
+         sessions per process). With `--sink kernel` (the default where it can run: root,
+         `unshare`, `iptables`, `ethtool`) the whole benchmark runs in a network namespace of
+         its own and, during these runs, the kernel drops every media packet but each frame's
+         last where it enters the receiving side, counting them (`kernel_sink.py`): packets/s
+         are the kernel's counts, and the harness (`--receiver count --decode none --no-drag`)
+         sees one packet a frame, so that the server's processes, not the harness, have this
+         machine's cores. `--sink harness` counts what the harness received instead.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
@@ -27,6 +31,7 @@ machine's price per hour, on-demand or spot), the cost per stream-hour (price / 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_sink  # noqa: E402  (benchmarks/kernel_sink.py)
 from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
     cpu_between,
     describe,
@@ -81,7 +87,18 @@ def main() -> int:
     parser.add_argument("--harness-processes", default="2", help="loadtest --processes")
     parser.add_argument("--hour-price", type=float, default=None, help="the machine, per hour")
     parser.add_argument(
-        "--scaling-streams", type=int, default=48, help="4K60 streams of the scaling runs"
+        "--scaling-streams",
+        default="48",
+        help="4K60 streams of the scaling runs: one count, or one per --server-processes value",
+    )
+    parser.add_argument(
+        "--scaling-bitrate", type=int, default=50_000_000, help="each scaling stream's, bits/s"
+    )
+    parser.add_argument(
+        "--sink",
+        choices=("kernel", "harness"),
+        default="kernel",
+        help="who counts the scaling runs' packets (kernel: dropped and counted by netfilter)",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
     parser.add_argument(
@@ -93,6 +110,16 @@ def main() -> int:
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     pools = [p.strip() for p in args.server_processes.split(",") if p.strip()]
+    if "scaling" not in skip and args.sink == "kernel":
+        why = kernel_sink.missing()
+        if why is not None:
+            print(f"the kernel sink cannot run here ({why}): the harness counts the scaling runs")
+            args.sink = "harness"
+        elif not kernel_sink.in_namespace():
+            print("the kernel sink: this benchmark runs again in a network namespace of its own")
+            return kernel_sink.reexec(__file__, sys.argv[1:])
+        else:
+            kernel_sink.prepare_namespace()
     work = Path(tempfile.mkdtemp(prefix="capacity-"))
     rows: list[Row] = []
     held_at: list[tuple[str, int]] = []  # configuration, streams held (for the cost table)
@@ -129,30 +156,47 @@ def main() -> int:
             held_at.append((f"4K30 15 Mbit/s replay, --processes {p}", _streams_held(report, 29)))
 
     if "scaling" not in skip:
+        counts = [c.strip() for c in args.scaling_streams.split(",") if c.strip()]
+        if len(counts) == 1:
+            counts *= len(pools)
+        if len(counts) != len(pools):
+            parser.error("--scaling-streams: one count, or one per --server-processes value")
         rates: list[tuple[str, float]] = []
-        n = str(args.scaling_streams)
-        for p in pools:
-            serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
-                          "--bitrate", "25000000", "--slots", n, "--processes", p)  # fmt: skip
-            samples: list[tuple[float, float]] = []
-            report, cpu, how = run(
-                serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
-                "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
-                "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
-            )  # fmt: skip
-            rate = _hold_packets_per_s(report)
-            rates.append((p, rate))
-            window = report["harness"]["processes"][0]["hold_window"]
-            server = cpu_between(samples, window["start_ms"], window["end_ms"])
-            cores = server / window["seconds"]
-            note(f"scaling: {n} × 4K60 25 Mbit/s asked, server --processes {p}",
-                 f"{rate:,.0f} packets/s over the hold, server {cores:.2f} cores then "
-                 f"({rate / cores:,.0f} packets per server CPU-second), harness "
-                 f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
+        sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
+        with sink:
+            for p, n in zip(pools, counts, strict=True):
+                serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
+                              "--bitrate", str(args.scaling_bitrate), "--slots", n,
+                              "--processes", p, "--max-sessions-per-address", "0")  # fmt: skip
+                samples: list[tuple[float, float]] = []
+                report, cpu, how = run(
+                    serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
+                    "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
+                    "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
+                )  # fmt: skip
+                window = report["harness"]["processes"][0]["hold_window"]
+                server = cpu_between(samples, window["start_ms"], window["end_ms"])
+                cores = server / window["seconds"]
+                if isinstance(sink, kernel_sink.KernelSink):
+                    got = sink.between(window["start_ms"], window["end_ms"])
+                    rate = got.packets / window["seconds"]
+                    mbps = 8 * got.bytes / window["seconds"] / 1e6
+                    counted = (f"{got.packets:,} packets, {mbps:,.0f} Mbit/s, counted by the "
+                               f"kernel sink; {got.markers:,} frame ends passed on, the "
+                               f"harness got {window['packets']:,}")  # fmt: skip
+                else:
+                    rate = _hold_packets_per_s(report)
+                    counted = "counted by the harness"
+                rates.append((p, rate))
+                note(f"scaling: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, server "
+                     f"--processes {p}",
+                     f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
+                     f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
+                     f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
         base = rates[0][1] if rates else 0.0
         if base:
             ratios = ", ".join(f"--processes {p}: {r / base:.2f}×" for p, r in rates)
-            note("scaling: packets/s against the first", ratios, "as above")
+            note(f"scaling: packets/s against the first ({args.sink} sink)", ratios, "as above")
 
     if "x264" not in skip:
         serve_args = ("--encoder", "x264", "--renderer", "cpu", "--resolution", "1280x720",
