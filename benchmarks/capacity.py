@@ -1,7 +1,7 @@
 """Capacity of one machine (issue 18): what a worker holds with every core, and what it costs.
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
-        [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 48]
+        [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 64]
         [--scaling-bitrate 50000000] [--sink kernel|harness] [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
@@ -12,8 +12,10 @@ commands.
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
 scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at
          `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per
-         server `--processes` value, and the ratio of each to the first. `--scaling-streams`
-         takes one count for every `--processes` value or one per value (`24,48`: as many
+         server `--processes` value, and the ratio of each to the first. 64 streams of 50
+         Mbit/s ask about 3,000 packets/s each, more than two processes send here; a single
+         process then lowers its sessions' frame rates (`stream.governor`). `--scaling-streams`
+         takes one count for every `--processes` value or one per value (`32,64`: as many
          sessions per process). With `--sink kernel` (the default where it can run: root,
          `unshare`, `iptables`, `ethtool`) the whole benchmark runs in a network namespace of
          its own and, during these runs, the kernel drops every media packet but each frame's
@@ -88,7 +90,7 @@ def main() -> int:
     parser.add_argument("--hour-price", type=float, default=None, help="the machine, per hour")
     parser.add_argument(
         "--scaling-streams",
-        default="48",
+        default="64",
         help="4K60 streams of the scaling runs: one count, or one per --server-processes value",
     )
     parser.add_argument(
@@ -167,7 +169,8 @@ def main() -> int:
             for p, n in zip(pools, counts, strict=True):
                 serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
                               "--bitrate", str(args.scaling_bitrate), "--slots", n,
-                              "--processes", p, "--max-sessions-per-address", "0")  # fmt: skip
+                              "--processes", p, "--max-sessions-per-address", "0",
+                              "--max-connections-per-address", "256")  # fmt: skip
                 samples: list[tuple[float, float]] = []
                 report, cpu, how = run(
                     serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
