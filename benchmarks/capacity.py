@@ -1,7 +1,7 @@
 """Capacity of one machine (issue 18): what a worker holds with every core, and what it costs.
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
-        [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 64]
+        [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 32,64]
         [--scaling-bitrate 50000000] [--sink kernel|harness] [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
@@ -12,11 +12,13 @@ commands.
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
 scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at
          `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per
-         server `--processes` value, and the ratio of each to the first. 64 streams of 50
-         Mbit/s ask about 3,000 packets/s each, more than two processes send here; a single
-         process then lowers its sessions' frame rates (`stream.governor`). `--scaling-streams`
-         takes one count for every `--processes` value or one per value (`32,64`: as many
-         sessions per process). With `--sink kernel` (the default where it can run: root,
+         server `--processes` value, and the ratio of each to the first. By default each
+         process carries 32 sessions (32 with `--processes 1`, 64 with 2): a 4K60 stream of 50
+         Mbit/s asks about 3,000 packets/s, so each process is asked for more than it sends,
+         and each as much. `--scaling-streams` takes one count for every `--processes` value
+         (the same ask: one process is then asked twice what each of two is, and lowers its
+         sessions' frame rates further, `stream.governor`, sending less in all) or one per
+         value. With `--sink kernel` (the default where it can run: root,
          `unshare`, `iptables`, `ethtool`) the whole benchmark runs in a network namespace of
          its own and, during these runs, the kernel drops every media packet but each frame's
          last where it enters the receiving side, counting them (`kernel_sink.py`): packets/s
@@ -53,6 +55,7 @@ from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
 )
 
 Row = tuple[str, str, str]  # what, result, how to reproduce
+SCALING_PER_PROCESS = 32  # sessions each server process carries in the scaling runs
 
 
 def _hold_windows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -90,8 +93,9 @@ def main() -> int:
     parser.add_argument("--hour-price", type=float, default=None, help="the machine, per hour")
     parser.add_argument(
         "--scaling-streams",
-        default="64",
-        help="4K60 streams of the scaling runs: one count, or one per --server-processes value",
+        default="",
+        help="4K60 streams of the scaling runs: one count, or one per --server-processes value "
+        f"(default: {SCALING_PER_PROCESS} per server process)",
     )
     parser.add_argument(
         "--scaling-bitrate", type=int, default=50_000_000, help="each scaling stream's, bits/s"
@@ -159,11 +163,13 @@ def main() -> int:
 
     if "scaling" not in skip:
         counts = [c.strip() for c in args.scaling_streams.split(",") if c.strip()]
+        if not counts:
+            counts = [str(SCALING_PER_PROCESS * int(p)) for p in pools]
         if len(counts) == 1:
             counts *= len(pools)
         if len(counts) != len(pools):
             parser.error("--scaling-streams: one count, or one per --server-processes value")
-        rates: list[tuple[str, float]] = []
+        rates: list[tuple[str, float, float]] = []  # --processes, packets/s, per CPU-second
         sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
         with sink:
             for p, n in zip(pools, counts, strict=True):
@@ -190,15 +196,16 @@ def main() -> int:
                 else:
                     rate = _hold_packets_per_s(report)
                     counted = "counted by the harness"
-                rates.append((p, rate))
+                rates.append((p, rate, rate / cores))
                 note(f"scaling: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, server "
                      f"--processes {p}",
                      f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
                      f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
                      f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
-        base = rates[0][1] if rates else 0.0
-        if base:
-            ratios = ", ".join(f"--processes {p}: {r / base:.2f}×" for p, r in rates)
+        if rates and rates[0][1]:
+            _, base, base_cpu = rates[0]
+            ratios = ", ".join(f"--processes {p}: {r / base:.2f}× ({c / base_cpu:.2f}× per server "
+                               "CPU-second)" for p, r, c in rates)  # fmt: skip
             note(f"scaling: packets/s against the first ({args.sink} sink)", ratios, "as above")
 
     if "x264" not in skip:
