@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pylibsrtp
-from aiortc import RTCPeerConnection
+from aiortc import RTCPeerConnection, RTCRtpHeaderExtensionParameters, RTCRtpParameters
 from aiortc.rtcdtlstransport import State
-from aiortc.rtp import RtpPacket, wrap_rtx
+from aiortc.rtp import HeaderExtensionsMap, RtpPacket, wrap_rtx
 
 from render_server.tools.loadtest.sampling import KeyframeSampler
 from render_server.tools.measure.frames import ObservedFrame
@@ -25,14 +25,23 @@ from .short_loadtest import short_loadtest
 SEGMENT = 120
 
 
-def _datagram(seq: int, timestamp: int, marker: int, **changes: Any) -> bytes:
+TRANSPORT_CC = "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"
+
+
+def _datagram(
+    seq: int,
+    timestamp: int,
+    marker: int,
+    extensions: HeaderExtensionsMap | None = None,
+    **changes: Any,
+) -> bytes:
     """An RTP packet padded to SEGMENT bytes, as SRTP would send it (header in the clear; the
     payload here stands for the encrypted one)."""
     packet = RtpPacket(payload_type=H264, marker=marker, sequence_number=seq,
                        timestamp=timestamp, ssrc=1234, payload=b"\x41" * 20)  # fmt: skip
     for name, value in changes.items():
         setattr(packet, name, value)
-    data = packet.serialize()
+    data = packet.serialize(extensions) if extensions is not None else packet.serialize()
     return data + b"\0" * (SEGMENT - len(data))
 
 
@@ -200,6 +209,67 @@ def test_the_counting_harness_counts_what_the_worker_sent(tmp_path: Path) -> Non
         assert s["decode_ok"] is True and s["decode"]["decoded"] >= 1, s["decode"]
         assert s["keyframes"] == s["decode"]["offered"], s
     assert report["harness"]["hold_packets_per_cpu_s"] > 0
+
+
+async def test_transport_wide_numbers_are_read_from_the_headers_in_the_clear() -> None:
+    """With `transport_feedback`, every RTP datagram's transport-wide number (RTX included)
+    goes to the feedback generator at the read's arrival, as a browser would report it."""
+    pc = RTCPeerConnection()
+    receiver = h264_receiver(pc)
+    negotiated = RTCRtpParameters(
+        headerExtensions=[RTCRtpHeaderExtensionParameters(id=5, uri=TRANSPORT_CC)]
+    )
+    extensions = HeaderExtensionsMap()
+    extensions.configure(negotiated)
+    counter = CountingReceiver(receiver, lambda *_: None, transport_feedback=True)
+    assert counter.feedback is not None
+    take = counter._taker(_keyed())
+
+    def numbered(seq: int, number: int, marker: int = 0, **changes: Any) -> bytes:
+        packet = _datagram(seq, 3000, marker, extensions, **changes)
+        return packet if number < 0 else _with_number(packet, number, extensions)
+
+    # not negotiated yet: counted, nothing reported
+    assert take(numbered(1, 7), SEGMENT, None) == 1
+    assert counter.feedback.generator._arrivals == {}
+    receiver.transport._rtp_header_extensions_map.configure(negotiated)
+    counter.rehook()  # negotiated: the id is read again
+    run = b"".join([numbered(2, 65534), numbered(3, 65535, csrc=[9, 10]), numbered(4, 0, 1),
+                    numbered(5, -1)])  # the last carries no number  # fmt: skip
+    assert take(run, SEGMENT, None) == 4
+    arrivals = counter.feedback.generator._arrivals
+    assert sorted(arrivals) == [65534, 65535, 65536]  # unwrapped across the wrap
+    assert len(set(arrivals.values())) == 1  # the read's arrival, for each
+    (feedback,) = counter.feedback.generator.build(max(arrivals.values()))
+    assert [(seq, at is not None) for seq, at in feedback.packets] == [
+        (65534, True),
+        (65535, True),
+        (0, True),
+    ]
+    assert counter.stats.packets == 5 and counter.stats.direct == 5
+    counter.feedback.stop()
+    await pc.close()
+
+
+def _with_number(packet: bytes, number: int, extensions: HeaderExtensionsMap) -> bytes:
+    parsed = RtpPacket.parse(packet.rstrip(b"\0") or packet, extensions)
+    parsed.extensions.transport_sequence_number = number
+    data = parsed.serialize(extensions)
+    return data + b"\0" * (SEGMENT - len(data))
+
+
+def test_counting_streams_send_transport_feedback_the_worker_reads(tmp_path: Path) -> None:
+    """`--receiver count --transport-feedback`: the counting harness reports every packet as a
+    browser does, and the worker's congestion controllers read it."""
+    report = short_loadtest(tmp_path, "--receiver", "count", "--no-drag", "--transport-feedback")
+    assert report["config"]["transport_feedback"] is True
+    sent = [s["feedback_sent"] for s in report["streams"]]
+    assert min(sent) >= 40, sent  # 5 s at one every 50 ms, while packets arrive
+    check = report["server_check"]
+    assert 0.9 * sum(sent) <= check["server_transport_feedback"] <= sum(sent), (check, sent)
+    assert abs(check["packets_ratio"] - 1) <= 0.01, check
+    for s in report["streams"]:
+        assert s["state"] == "closed" and s["frames"] > 60 and s["lost_packets"] == 0, s
 
 
 def test_the_counting_harness_refuses_to_decode_every_frame(tmp_path: Path) -> None:

@@ -116,9 +116,9 @@ def add_loadtest(sub: SubParsers) -> None:
                    "sampled keyframes decrypted and decoded (%(default)s)")  # fmt: skip
     p.add_argument("--transport-feedback", action="store_true",
                    help="each stream sends transport-cc feedback every 50 ms as a browser does "
-                   "(lean: packets timed by the kernel's receive stamps), so that the worker "
-                   "paces and runs its congestion controller as for browsers; without it the "
-                   "worker follows REMB and sends at once")  # fmt: skip
+                   "(lean and count: packets timed by the kernel's receive stamps), so that the "
+                   "worker paces and runs its congestion controller as for browsers; without it "
+                   "the worker follows REMB and sends at once")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,

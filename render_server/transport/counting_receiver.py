@@ -10,6 +10,11 @@ takes the frame (a keyframe, to decode), so is every packet up to the frame's ma
 proves the picture now and then, as the lean receiver's sampled decode does, at the price of
 one unprotect per frame while a sample is due; `LeanReceiver` authenticates every packet.
 
+With `transport_feedback`, every RTP datagram's transport-wide number (a header extension, also
+in the clear: SRTP leaves header extensions unencrypted) and the read's arrival go to the
+feedback generator, as in `LeanReceiver`, so a counting harness reports every packet as a
+browser does and the worker paces and estimates the path as for browsers.
+
 Its use is to take the harness off the CPU a server is measured on: counting a 4K60 frame
 costs one read and a loop over its datagrams' first bytes, against an unprotect and a header
 parse per datagram for the lean receiver. STUN, DTLS, RTCP, and SRTP that comes before the
@@ -26,6 +31,7 @@ import pylibsrtp
 from aiortc.rtcdtlstransport import State
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, StreamStatistics
 
+from render_server.transport.header_extensions import read_transport_sequence
 from render_server.transport.lean_receiver import LeanReceiver, SeenPacket, payload_bounds
 
 # (RTP timestamp, media packets, their datagram bytes, arrival ms on time.monotonic(): the
@@ -34,6 +40,8 @@ FrameCounted = Callable[[int, int, int, float], None]
 
 _HEADER: Final = struct.Struct("!HII")  # sequence number, timestamp, SSRC
 _TIMESTAMP: Final = struct.Struct("!I")
+_SSRC: Final = _TIMESTAMP
+_LENGTH: Final = struct.Struct("!H")
 RTP_HEADER: Final = 12
 
 
@@ -72,7 +80,11 @@ class CountingReceiver(LeanReceiver):
     refused, `unprotected` those it took."""
 
     def __init__(
-        self, receiver: RTCRtpReceiver, on_frame: FrameCounted, sampler: FrameSampler | None = None
+        self,
+        receiver: RTCRtpReceiver,
+        on_frame: FrameCounted,
+        sampler: FrameSampler | None = None,
+        transport_feedback: bool = False,
     ) -> None:
         self.on_frame = on_frame
         self.sampler = sampler
@@ -81,7 +93,7 @@ class CountingReceiver(LeanReceiver):
         self._packets = 0  # of the frame under way, since the last marker
         self._bytes = 0
         self._sampling = False  # the frame under way is the sampler's
-        super().__init__(receiver, _ignore)
+        super().__init__(receiver, _ignore, transport_feedback=transport_feedback)
 
     @property
     def lost_packets(self) -> int:
@@ -131,6 +143,8 @@ class CountingReceiver(LeanReceiver):
                 if 192 <= run[start + 1] <= 208:
                     return 0  # RTCP (aiortc's `is_rtcp`)
             now = clock.now_ms()
+            if self.feedback is not None:
+                self._report(run, starts, step, int(now * 1000))
             packets, sent = self._packets, self._bytes  # of the frame under way
             media, first, last, clock_rate = 0, -1, -1, 0
             for start in starts:
@@ -174,6 +188,29 @@ class CountingReceiver(LeanReceiver):
             return count
 
         return take
+
+    def _report(self, run: bytes, starts: range, step: int, arrival_us: int) -> None:
+        """Each datagram's transport-wide number, read from its header extension in the
+        clear, to the feedback generator (`arrival_us`: the read's)."""
+        feedback = self.feedback
+        extension_id = self._feedback_id
+        if extension_id is None:
+            extension_id = self._feedback_id = self._transport_sequence_id()
+        if extension_id is None or feedback is None or feedback.stopped:
+            return  # not negotiated (yet): the worker follows REMB and receiver reports
+        on_packet, size = feedback.generator.on_packet, len(run)
+        for start in starts:
+            first = run[start]
+            if not first & 0x10:  # no header extension
+                continue
+            block = start + 12 + 4 * (first & 0x0F)
+            end = min(start + step, size)
+            if block + 4 > end:
+                continue
+            length = 4 + 4 * _LENGTH.unpack_from(run, block + 2)[0]
+            number = read_transport_sequence(run[start : min(block + length, end)], extension_id)
+            if number is not None:
+                on_packet(number, arrival_us, _SSRC.unpack_from(run, start + 8)[0])
 
     def _sample(self, dtls: Any, datagram: bytes, arrival_ms: float, first: bool) -> None:
         """Unprotect a datagram of a frame the sampler wants or may want (`first`: the frame's

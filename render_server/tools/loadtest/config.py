@@ -60,11 +60,6 @@ class LoadTestConfig:
                 "--receiver count decrypts only the keyframes it samples: --decode all needs "
                 "--receiver lean or full"
             )
-        if self.receiver == "count" and self.transport_feedback:
-            raise ConfigError(
-                "--receiver count reads no transport-wide numbers: --transport-feedback needs "
-                "--receiver lean or full"
-            )
         if self.decode not in DECODE_MODES:
             raise ConfigError(
                 f"--decode must be all, keyframes, every N or none, not {self.decode!r}"

@@ -180,7 +180,10 @@ class StreamProbe:
             )
             self._feedback = lean.feedback
         elif self.config.receiver == "count":
-            lean = self._lean = CountingReceiver(receiver, self._on_counted, self._sampler)
+            lean = self._lean = CountingReceiver(
+                receiver, self._on_counted, self._sampler, transport_feedback=feedback
+            )
+            self._feedback = lean.feedback
         else:
             if feedback:
                 self._feedback = send_transport_feedback(receiver)
