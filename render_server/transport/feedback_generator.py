@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left, insort
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -72,6 +73,9 @@ class TransportFeedbackGenerator:
         self.max_packet_bytes = max_packet_bytes
         self._unwrapper = SequenceUnwrapper()
         self._arrivals: dict[int, int] = {}  # unwrapped sequence number: arrival in µs
+        # the same numbers in ascending order: a feedback reads its numbers off the end, and
+        # the oldest are forgotten off the front, without sorting them all every interval
+        self._order: list[int] = []
         self._window_start: int | None = None  # the first number not reported yet
         self._end = 0  # one past the newest number received
         self._floor: int | None = None  # numbers below were forgotten: ignored if they come
@@ -90,14 +94,19 @@ class TransportFeedbackGenerator:
             self.media_ssrc = media_ssrc
         if (self._floor is not None and seq < self._floor) or seq < self._end - MAX_TRACKED:
             return  # too old: forgotten, or far behind the newest
-        if seq in self._arrivals:
+        arrivals, order = self._arrivals, self._order
+        if seq in arrivals:
             return
-        self._arrivals[seq] = arrival_us
+        arrivals[seq] = arrival_us
+        if not order or seq > order[-1]:
+            order.append(seq)
+        else:  # reordered: rare
+            insort(order, seq)
         self._end = max(self._end, seq + 1)
         if self._window_start is None or seq < self._window_start:
             self._window_start = seq  # first, or late: report from here on
-        if len(self._arrivals) > MAX_TRACKED:  # build not called for long: forget the oldest
-            self._forget_below(sorted(self._arrivals)[len(self._arrivals) // 2])
+        if len(arrivals) > MAX_TRACKED:  # build not called for long: forget the oldest
+            self._forget_below(order[len(order) // 2])
 
     def build(self, now_us: int) -> list[TransportFeedback]:
         """The feedback for everything received since the last call (none if nothing was),
@@ -106,7 +115,7 @@ class TransportFeedbackGenerator:
         feedback: list[TransportFeedback] = []
         start = self._window_start
         if start is not None and start < self._end:
-            received = sorted(seq for seq in self._arrivals if seq >= start)
+            received = self._order[bisect_left(self._order, start) :]
             i = 0
             while i < len(received):
                 first = received[i]
@@ -134,19 +143,26 @@ class TransportFeedbackGenerator:
 
     def _cull(self, before_us: int) -> None:
         """Forget the oldest reported packets that arrived before `before_us`."""
-        if self._window_start is None:
+        window_start = self._window_start
+        if window_start is None:
             return
-        forget: int | None = None
-        for seq in sorted(self._arrivals):
-            if seq >= self._window_start or self._arrivals[seq] >= before_us:
-                break
-            forget = seq
-        if forget is not None:
-            self._forget_below(forget + 1)
+        arrivals, order = self._arrivals, self._order
+        oldest = 0
+        while (
+            oldest < len(order)
+            and order[oldest] < window_start
+            and arrivals[order[oldest]] < before_us
+        ):
+            oldest += 1
+        if oldest:
+            self._forget_below(order[oldest - 1] + 1)
 
     def _forget_below(self, floor: int) -> None:
-        for seq in [s for s in self._arrivals if s < floor]:
-            del self._arrivals[seq]
+        arrivals, order = self._arrivals, self._order
+        below = bisect_left(order, floor)
+        for seq in order[:below]:
+            del arrivals[seq]
+        del order[:below]
         self._floor = floor if self._floor is None else max(self._floor, floor)
         if self._window_start is not None and self._window_start < floor:
             self._window_start = floor
