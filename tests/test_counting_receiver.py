@@ -258,20 +258,6 @@ def _with_number(packet: bytes, number: int, extensions: HeaderExtensionsMap) ->
     return data + b"\0" * (SEGMENT - len(data))
 
 
-def test_counting_streams_send_transport_feedback_the_worker_reads(tmp_path: Path) -> None:
-    """`--receiver count --transport-feedback`: the counting harness reports every packet as a
-    browser does, and the worker's congestion controllers read it."""
-    report = short_loadtest(tmp_path, "--receiver", "count", "--no-drag", "--transport-feedback")
-    assert report["config"]["transport_feedback"] is True
-    sent = [s["feedback_sent"] for s in report["streams"]]
-    assert min(sent) >= 40, sent  # 5 s at one every 50 ms, while packets arrive
-    check = report["server_check"]
-    assert 0.9 * sum(sent) <= check["server_transport_feedback"] <= sum(sent), (check, sent)
-    assert abs(check["packets_ratio"] - 1) <= 0.01, check
-    for s in report["streams"]:
-        assert s["state"] == "closed" and s["frames"] > 60 and s["lost_packets"] == 0, s
-
-
 def test_the_counting_harness_refuses_to_decode_every_frame(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "render_server", "loadtest", "--server", "http://127.0.0.1:9",

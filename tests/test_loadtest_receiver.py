@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from aiortc import RTCPeerConnection, RTCRtpHeaderExtensionParameters
 from aiortc.rtcrtpparameters import RTCRtpParameters
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket, wrap_rtx
@@ -112,10 +113,12 @@ def test_the_lean_harness_counts_what_the_worker_sent(tmp_path: Path) -> None:
     assert report["harness"]["hold_packets_per_cpu_s"] > 0
 
 
-def test_lean_streams_send_transport_feedback_the_worker_reads(tmp_path: Path) -> None:
-    """`--transport-feedback`: each lean stream reports what arrived as a browser does, and the
-    worker's congestion controllers read it (its paced path, not REMB)."""
-    report = short_loadtest(tmp_path, "--transport-feedback")
+@pytest.mark.parametrize("receiver", ["lean", "count"])
+def test_streams_send_transport_feedback_the_worker_reads(tmp_path: Path, receiver: str) -> None:
+    """`--transport-feedback`: each stream reports what arrived as a browser does, and the
+    worker's congestion controllers read it (its paced path, not REMB). The counting receiver
+    reads the numbers from the headers in the clear (`test_counting_receiver.py`)."""
+    report = short_loadtest(tmp_path, "--receiver", receiver, "--no-drag", "--transport-feedback")
     assert report["config"]["transport_feedback"] is True
     sent = [s["feedback_sent"] for s in report["streams"]]
     assert min(sent) >= 40, sent  # 5 s at one every 50 ms, while packets arrive
