@@ -11,20 +11,19 @@ commands.
 4k30     `--encoder replay`, 20 × 3840×2160 at 30 fps, 15 Mbit/s each, held `--hold` s, once
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
 scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at
-         `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per
-         server `--processes` value, and the ratio of each to the first. By default each
-         process carries 32 sessions (32 with `--processes 1`, 64 with 2): a 4K60 stream of 50
-         Mbit/s asks about 3,000 packets/s, so each process is asked for more than it sends,
-         and each as much. `--scaling-streams` takes one count for every `--processes` value
-         (the same ask: one process is then asked twice what each of two is, and lowers its
-         sessions' frame rates further, `stream.governor`, sending less in all) or one per
-         value. With `--sink kernel` (the default where it can run: root,
-         `unshare`, `iptables`, `ethtool`) the whole benchmark runs in a network namespace of
-         its own and, during these runs, the kernel drops every media packet but each frame's
-         last where it enters the receiving side, counting them (`kernel_sink.py`): packets/s
-         are the kernel's counts, and the harness (`--receiver count --decode none --no-drag`)
-         sees one packet a frame, so that the server's processes, not the harness, have this
-         machine's cores. `--sink harness` counts what the harness received instead.
+         `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per server
+         `--processes` value, and the ratio of each to the first. By default each process carries 32
+         sessions (32 with `--processes 1`, 64 with 2): a 4K60 stream of 50 Mbit/s asks about 3,000
+         packets/s, so each process is asked for more than it sends, and each as much.
+         `--scaling-streams` takes one count for every `--processes` value (the same ask: one
+         process is then asked twice what each of two is, and lowers its sessions' frame rates
+         further, `stream.governor`) or one per value. With `--sink kernel` (the default where it
+         can run: root, `unshare`, `iptables`, `ethtool`) the whole benchmark runs in a network
+         namespace of its own and, during these runs, the kernel drops every media packet but each
+         frame's last where it enters the receiving side, counting them (`kernel_sink.py`):
+         packets/s are the kernel's counts, and the harness (`--receiver count --decode none
+         --no-drag`) sees one packet a frame, so that the server's processes, not the harness, have
+         this machine's cores. `--sink harness` counts what the harness received instead.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
