@@ -30,13 +30,18 @@ which is not there. The namespace lives as long as the process that `reexec` sta
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Final, NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadtest import cpu_between  # noqa: E402  (benchmarks/loadtest.py)
 
 ENV: Final = "RENDER_SERVER_KERNEL_SINK_NAMESPACE"
 # aioice gathers no loopback address: the namespace needs another for the host candidates (a
@@ -98,13 +103,6 @@ class Counts(NamedTuple):
     def bytes(self) -> int:
         return self.marker_bytes + self.dropped_bytes
 
-    def toward(self, later: Counts, share: float) -> Counts:
-        """The counts `share` of the way from these to `later` (0: these, 1: later)."""
-        return Counts(*(round(a + (b - a) * share) for a, b in zip(self, later, strict=True)))
-
-    def since(self, earlier: Counts) -> Counts:
-        return Counts(*(a - b for a, b in zip(self, earlier, strict=True)))
-
 
 class KernelSink:
     """The two rules on loopback (in the namespace `prepare_namespace` set up), their counters
@@ -120,8 +118,8 @@ class KernelSink:
         if not in_namespace():
             raise RuntimeError("the kernel sink drops media on loopback: only in its namespace")
         _run("ethtool", "-K", "lo", "tx-udp-segmentation", "off")
-        _run("iptables", "-w", "-t", "raw", "-A", "PREROUTING", *MARKER_RULE)
-        _run("iptables", "-w", "-t", "raw", "-A", "PREROUTING", *DROP_RULE)
+        _raw("-A", "PREROUTING", *MARKER_RULE)
+        _raw("-A", "PREROUTING", *DROP_RULE)
         self.samples.append((time.monotonic() * 1e3, self.counts()))  # covers from here on
         self._thread.start()
         return self
@@ -129,13 +127,13 @@ class KernelSink:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
-        _run("iptables", "-w", "-t", "raw", "-D", "PREROUTING", *DROP_RULE)
-        _run("iptables", "-w", "-t", "raw", "-D", "PREROUTING", *MARKER_RULE)
+        _raw("-D", "PREROUTING", *DROP_RULE)
+        _raw("-D", "PREROUTING", *MARKER_RULE)
         _run("ethtool", "-K", "lo", "tx-udp-segmentation", "on")
 
     def counts(self) -> Counts:
         """The rules' counters now."""
-        listing = _run("iptables", "-w", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n")
+        listing = _raw("-L", "PREROUTING", "-v", "-x", "-n")
         found: dict[str, tuple[int, int]] = {}
         for line in listing.splitlines():
             for name in (MARKER, DROP):
@@ -149,13 +147,14 @@ class KernelSink:
     def between(self, start_ms: float, end_ms: float) -> Counts:
         """What the rules counted between two instants (time.monotonic() ms), read off the
         samples by linear interpolation; RuntimeError where they do not cover the window."""
-        return self._at(end_ms).since(self._at(start_ms))
-
-    def _at(self, ms: float) -> Counts:
-        for (t0, c0), (t1, c1) in zip(self.samples, self.samples[1:], strict=False):
-            if t0 <= ms <= t1:
-                return c0.toward(c1, (ms - t0) / (t1 - t0) if t1 > t0 else 0.0)
-        raise RuntimeError(f"no kernel sink samples around {ms:.0f} ms")
+        # each counter as `cpu_between` reads the server's CPU seconds: the same interpolation
+        counts = [
+            cpu_between([(ms, sample[i]) for ms, sample in self.samples], start_ms, end_ms)
+            for i in range(len(Counts._fields))
+        ]
+        if any(math.isnan(count) for count in counts):
+            raise RuntimeError(f"no kernel sink samples around {start_ms:.0f}-{end_ms:.0f} ms")
+        return Counts(*(round(count) for count in counts))
 
     def _sample(self) -> None:
         try:
@@ -164,6 +163,11 @@ class KernelSink:
             self.samples.append((time.monotonic() * 1e3, self.counts()))
         except BaseException as exc:  # told by `between`, not lost in the thread
             self._failed = exc
+
+
+def _raw(*arguments: str) -> str:
+    """iptables on the `raw` table, waiting for the lock (the sampler lists while rules change)."""
+    return _run("iptables", "-w", "-t", "raw", *arguments)
 
 
 def _run(*command: str) -> str:

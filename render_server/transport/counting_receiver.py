@@ -40,8 +40,6 @@ FrameCounted = Callable[[int, int, int, float], None]
 
 _HEADER: Final = struct.Struct("!HII")  # sequence number, timestamp, SSRC
 _TIMESTAMP: Final = struct.Struct("!I")
-_SSRC: Final = _TIMESTAMP
-_LENGTH: Final = struct.Struct("!H")
 RTP_HEADER: Final = 12
 
 
@@ -190,27 +188,16 @@ class CountingReceiver(LeanReceiver):
         return take
 
     def _report(self, run: bytes, starts: range, step: int, arrival_us: int) -> None:
-        """Each datagram's transport-wide number, read from its header extension in the
-        clear, to the feedback generator (`arrival_us`: the read's)."""
-        feedback = self.feedback
-        extension_id = self._feedback_id
-        if extension_id is None:
-            extension_id = self._feedback_id = self._transport_sequence_id()
-        if extension_id is None or feedback is None or feedback.stopped:
-            return  # not negotiated (yet): the worker follows REMB and receiver reports
-        on_packet, size = feedback.generator.on_packet, len(run)
+        """Each datagram's transport-wide number, read in place from its header extension in
+        the clear, to the feedback generator (`arrival_us`: the read's)."""
+        extension_id = self._feedback_extension()
+        if extension_id is None or self.feedback is None:
+            return
+        on_packet, view = self.feedback.generator.on_packet, memoryview(run)
         for start in starts:
-            first = run[start]
-            if not first & 0x10:  # no header extension
-                continue
-            block = start + 12 + 4 * (first & 0x0F)
-            end = min(start + step, size)
-            if block + 4 > end:
-                continue
-            length = 4 + 4 * _LENGTH.unpack_from(run, block + 2)[0]
-            number = read_transport_sequence(run[start : min(block + length, end)], extension_id)
+            number = read_transport_sequence(view[start : start + step], extension_id)
             if number is not None:
-                on_packet(number, arrival_us, _SSRC.unpack_from(run, start + 8)[0])
+                on_packet(number, arrival_us, _HEADER.unpack_from(run, start + 2)[2])
 
     def _sample(self, dtls: Any, datagram: bytes, arrival_ms: float, first: bool) -> None:
         """Unprotect a datagram of a frame the sampler wants or may want (`first`: the frame's

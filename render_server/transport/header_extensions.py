@@ -15,7 +15,7 @@ packing (`pack_header_extensions` chooses it for ids up to 14 and values up to 1
 from __future__ import annotations
 
 from struct import Struct, pack
-from typing import Final
+from typing import Final, cast
 
 from aiortc.rtcrtpparameters import RTCRtpParameters
 from aiortc.rtp import (
@@ -93,16 +93,18 @@ def write_transport_sequence(packet: bytearray, extension_id: int, sequence: int
     return True
 
 
-def read_transport_sequence(packet: bytes, extension_id: int) -> int | None:
+def read_transport_sequence(packet: bytes | memoryview, extension_id: int) -> int | None:
     """The transport-wide number (16 bits) a serialized RTP `packet` carries in its header
     extension element `extension_id` (one-byte or two-byte headers, aiortc's parser); None
-    where it has none, or the block is cut short."""
+    where it has none, or the block is cut short. A view of a larger buffer is read in place."""
     start = 12 + 4 * (packet[0] & 0x0F)
     if not packet[0] & 0x10 or len(packet) < start + 4:
         return None
     profile, words = _BLOCK_HEADER.unpack_from(packet, start)
     try:
-        elements = unpack_header_extensions(profile, packet[start + 4 : start + 4 + 4 * words])
+        # aiortc indexes and slices the block only, which a view does in place
+        block = cast(bytes, packet[start + 4 : start + 4 + 4 * words])
+        elements = unpack_header_extensions(profile, block)
     except ValueError:  # an element runs past the block (or the packet)
         return None
     for element, value in elements:

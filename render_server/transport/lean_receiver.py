@@ -230,20 +230,24 @@ class LeanReceiver:
         self.on_packet(seq, timestamp, data[1] >> 7, data[start:end], self.clock.now_ms())
         return True
 
-    def _transport_sequence_id(self) -> int | None:
-        """The transport-wide number's extension id the DTLS transport's map was configured
-        with (aiortc's private fields); None while it is not negotiated."""
-        ids = getattr(self.receiver.transport._rtp_header_extensions_map,
-                      "_HeaderExtensionsMap__ids", None)  # fmt: skip
-        return getattr(ids, "transport_sequence_number", None)
+    def _feedback_extension(self) -> int | None:
+        """The transport-wide number's extension id, where packets are to be reported: the id
+        the DTLS transport's map was configured with (aiortc's private fields, read once);
+        None while it is not negotiated (the worker follows REMB and receiver reports), or
+        without feedback."""
+        if self.feedback is None or self.feedback.stopped:
+            return None
+        if self._feedback_id is None:
+            ids = getattr(self.receiver.transport._rtp_header_extensions_map,
+                          "_HeaderExtensionsMap__ids", None)  # fmt: skip
+            self._feedback_id = getattr(ids, "transport_sequence_number", None)
+        return self._feedback_id
 
     def _feed(self, data: bytes, ssrc: int) -> None:
         """Give the packet's transport-wide number and arrival to the feedback generator."""
-        extension_id = self._feedback_id
-        if extension_id is None:
-            extension_id = self._feedback_id = self._transport_sequence_id()
-        if extension_id is None or self.feedback is None or self.feedback.stopped:
-            return  # not negotiated (yet): the worker follows REMB and receiver reports
+        extension_id = self._feedback_extension()
+        if extension_id is None or self.feedback is None:
+            return
         number = read_transport_sequence(data, extension_id)
         if number is not None:
             self.feedback.generator.on_packet(number, int(self.clock.now_ms() * 1000), ssrc)
