@@ -25,14 +25,16 @@ each run in software before the device (the sender's system call pays for it, as
 without UDP segmentation offload), so every datagram is counted.
 
 Needs root, `unshare`, `ip`, `iptables` (with the u32 match) and `ethtool`; `missing` says
-which is not there. The namespace lives as long as the process that `reexec` starts in it.
+which is not there. The namespaces live as long as the process that `reexec` starts in them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -73,9 +75,21 @@ def in_namespace() -> bool:
 
 
 def reexec(script: str, argv: list[str]) -> int:
-    """Run `script argv` again in a new network namespace; its exit status."""
-    command = ["unshare", "--net", "--", sys.executable, script, *argv]
-    return subprocess.run(command, env={**os.environ, ENV: "1"}).returncode
+    """Run `script argv` again in a new network namespace; its exit status. It runs as the
+    first process of a PID namespace too, so that when it dies, however it dies, the kernel
+    ends every server and harness it started (and the namespace, rules and all, goes with
+    them); and `unshare` is killed with this process, taking the namespace down as well."""
+    command = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
+               sys.executable, script, *argv]  # fmt: skip
+    return subprocess.run(
+        command, env={**os.environ, ENV: "1"}, preexec_fn=_die_with_parent
+    ).returncode
+
+
+def _die_with_parent() -> None:
+    """In the child before it runs `unshare`: SIGKILL it when this process dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def prepare_namespace() -> None:

@@ -1,13 +1,16 @@
 """The capacity benchmark's kernel sink (benchmarks/kernel_sink.py), in a network namespace of its
 own: every media packet but a frame's last is dropped where it enters, each counted once, and
 everything else (frame ends, RTCP, STUN, DTLS) reaches the socket, also when the sender cuts a
-run of datagrams with UDP_SEGMENT."""
+run of datagrams with UDP_SEGMENT; and a benchmark killed in it leaves no server behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,58 @@ def test_media_is_dropped_and_counted_frame_ends_and_control_pass() -> None:
     assert counts.dropped_bytes == 166 * (1200 + 28)
     assert counts.marker_bytes == 20 * (300 + 28) + (500 + 28)
     assert kernel_sink.Counts(*result["window"]) == counts  # the samples cover it all
+
+
+INNER = r"""
+import subprocess, sys, time
+subprocess.Popen(["sleep", sys.argv[1]])  # stands for a server the benchmark started
+time.sleep(300)
+"""
+
+
+def _processes(*argv: str) -> list[int]:
+    """Host pids of the live processes whose command line starts with `argv`."""
+    prefix = "\0".join(argv).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if command.startswith(prefix) and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("killed", ["the benchmark", "its run in the namespace"])
+def test_what_the_benchmark_started_dies_with_it(tmp_path: Path, killed: str) -> None:
+    """`reexec`: a benchmark killed with SIGKILL (or its run in the namespace) leaves no server
+    behind: the namespace's first process takes every other with it."""
+    marker = f"{300 + time.time() % 1:.6f}"  # the stand-in server's unique `sleep` argument
+    inner = tmp_path / "inner.py"
+    inner.write_text(INNER)
+    outer = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import kernel_sink;"
+         " sys.exit(kernel_sink.reexec(sys.argv[2], sys.argv[3:]))",
+         str(ROOT / "benchmarks"), str(inner), marker],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        server = ("sleep", marker)
+        while not _processes(*server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes(*server), "the stand-in server never started"
+        running = _processes(sys.executable, str(inner))
+        assert len(running) == 1, "no run in the namespace"
+        os.kill(outer.pid if killed == "the benchmark" else running[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _processes(*server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes(*server) == [], "the stand-in server outlived the benchmark"
+    finally:  # where the test fails, nothing of it is left running either
+        outer.kill()
+        outer.wait()
+        for pid in _processes(sys.executable, str(inner)) + _processes("sleep", marker):
+            os.kill(pid, signal.SIGKILL)
