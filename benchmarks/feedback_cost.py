@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadtest import cpu_between, replay_args, serve  # noqa: E402  (benchmarks/loadtest.py)
+from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
+    SEND_PROFILES,
+    cpu_between,
+    replay_args,
+    serve,
+)
 from loadtest import loadtest as run_loadtest  # noqa: E402
-
-PROFILES = {  # size, fps, bitrate
-    "4k60": ("3840x2160", 60, 25_000_000),
-    "720p30": ("1280x720", 30, 4_000_000),
-}
 
 
 def _hold(report: dict[str, Any], samples: list[tuple[float, float]]) -> dict[str, float]:
@@ -57,9 +57,9 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side, in turns")
     parser.add_argument("--hold", type=float, default=10.0, help="seconds held in each run")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="4k60")
+    parser.add_argument("--profile", choices=sorted(SEND_PROFILES), default="4k60")
     args = parser.parse_args()
-    size, fps, bitrate = PROFILES[args.profile]
+    size, fps, bitrate = SEND_PROFILES[args.profile]  # (c)'s streams in loadtest.py
     work = Path(tempfile.mkdtemp(prefix="feedback-cost-"))
     serve_args = replay_args(size, fps, bitrate, args.streams)
     sides: dict[str, list[dict[str, float]]] = {"REMB": [], "transport-cc": []}
@@ -71,7 +71,7 @@ def main() -> int:
                 samples: list[tuple[float, float]] = []
                 report, _, how = run_loadtest(
                     url, pid, work / f"{side}-{round_}", "--streams", str(args.streams),
-                    "--resolution", size, "--fps", str(fps), "--duration", f"{args.hold + 2:g}",
+                    "--resolution", size, "--fps", f"{fps:g}", "--duration", f"{args.hold + 2:g}",
                     "--ramp", "2", "--receiver", "lean", "--processes", "2", *extra,
                     cpu_samples=samples,
                 )  # fmt: skip
