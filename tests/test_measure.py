@@ -6,6 +6,7 @@ from __future__ import annotations
 import fractions
 import json
 import random
+import statistics
 from collections.abc import Iterator
 
 import av
@@ -252,20 +253,56 @@ def test_decoder_waits_for_a_keyframe_after_a_lost_frame() -> None:
 # -- clock, matching and breakdowns ----------------------------------------------------------------
 
 
-def test_clock_offset_comes_from_the_ping_with_the_smallest_round_trip() -> None:
+def test_clock_offset_is_the_middle_of_the_intersection_of_the_round_trips_bounds() -> None:
     clock = ClockOffset(window=3)
-    clock.add(0.0, 1010.0, 30.0)  # rtt 30, offset 995
-    clock.add(100.0, 1105.0, 104.0)  # rtt 4, offset 1003
-    clock.add(200.0, 1220.0, 212.0)  # rtt 12
-    assert clock.offset == 1003.0 and clock.best.rtt == 4.0
-    assert clock.to_worker(10.0) == 1013.0
-    for t in (300.0, 400.0, 500.0):  # the best one leaves the window
-        clock.add(t, t + 1000.0 + 5, t + 10)
-    assert clock.best.rtt == 10.0 and clock.offset == 1000.0
+    clock.add(0.0, 1001.0, 30.0)  # worker − client within [971, 1001]: a quick ping leg
+    assert clock.offset == 986.0 and clock.error_bound == 15.0  # one sample: half its rtt
+    clock.add(100.0, 1127.0, 128.0)  # within [999, 1027]: a quick pong leg
+    assert clock.offset == 1000.0 and clock.error_bound == 1.0
+    assert clock.best.rtt == 28.0  # the fastest round trip alone would say 1013
+    assert clock.to_worker(10.0) == 1010.0
+    for t in (300.0, 400.0, 500.0):  # both bounding samples leave the window
+        clock.add(t, t + 1005.0, t + 10)  # within [995, 1005]
+    assert clock.offset == 1000.0 and clock.error_bound == 5.0
+    assert clock.summary() == {
+        "offset_ms": 1000.0, "error_bound_ms": 5.0, "rtt_ms": 10.0, "samples": 3,
+        "intervals_met": True,
+    }  # fmt: skip
     with pytest.raises(ValueError):
         clock.add(10.0, 0.0, 5.0)
     with pytest.raises(LookupError):
         ClockOffset().to_worker(0.0)
+
+
+def test_clock_offset_falls_back_to_the_fastest_round_trip_where_the_bounds_do_not_meet() -> None:
+    clock = ClockOffset(window=4)
+    clock.add(0.0, 1010.0, 30.0)  # [980, 1010]
+    clock.add(100.0, 1105.0, 104.0)  # [1001, 1005]
+    clock.add(200.0, 1722.0, 226.0)  # the worker's clock stepped by 500: [1496, 1522]
+    assert clock.offset == 1003.0 and clock.error_bound == 2.0  # the 4 ms round trip's middle
+    assert clock.summary()["intervals_met"] is False
+
+
+def test_clock_offset_stays_within_its_bound_where_either_side_holds_a_leg() -> None:
+    """Round trips on one host whose legs wait in a busy event loop, the worker's for the ping
+    and the client's for the pong, each for its own random time: the truth is always inside the
+    bound given, and the estimate is far nearer than half the fastest round trip."""
+    rng = random.Random(18)
+    truth = 1000.0
+    ours, fastest = [], []
+    for _ in range(200):
+        clock = ClockOffset()
+        t = 0.0
+        for _ in range(20):
+            t += 1000.0
+            ping_leg = 0.1 + rng.expovariate(1 / 4.0)  # waits for the worker's loop
+            pong_leg = 0.1 + rng.expovariate(1 / 2.0)  # waits for the client's
+            clock.add(t, t + ping_leg + truth, t + ping_leg + pong_leg)
+        assert abs(clock.offset - truth) <= clock.error_bound + 1e-9
+        assert clock.error_bound <= clock.best.rtt / 2
+        ours.append(abs(clock.offset - truth))
+        fastest.append(abs(clock.best.offset - truth))
+    assert statistics.mean(ours) < statistics.mean(fastest) / 2
 
 
 def test_breakdown_stages_add_up_to_the_totals() -> None:
@@ -311,7 +348,10 @@ def test_matcher_pairs_records_with_frames_and_inputs_with_the_first_frame_showi
     assert frames[200].network == pytest.approx(56 + 499 - 553)
     assert report["glass_to_glass"]["count"] == 3
     assert set(report["stages"]) == set(INPUT_STAGES)
-    assert report["clock"] == {"offset_ms": 499.0, "rtt_ms": 2.0, "samples": 1}
+    assert report["clock"] == {
+        "offset_ms": 499.0, "error_bound_ms": 1.0, "rtt_ms": 2.0, "samples": 1,
+        "intervals_met": True,
+    }  # fmt: skip
     matcher.add_timing({"type": "timing", "frames": [[1, 2]]})
     assert matcher.report()["bad_records"] == 1
 

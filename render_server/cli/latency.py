@@ -104,8 +104,9 @@ def format_report(report: dict[str, Any], client: str) -> str:
         lines.append(
             f"{report['frames']} frames matched of {report['observed']} received, "
             f"{report['inputs_answered']}/{report['inputs']} inputs seen in a frame, "
-            f"{report['lost_packets']} packets lost; clock offset {clock['offset_ms']:.2f} ms "
-            f"(rtt {clock['rtt_ms']:.2f} ms). Glass-to-glass ends at the frame's last packet in."
+            f"{report['lost_packets']} packets lost; clock offset {clock['offset_ms']:.2f} "
+            f"± {clock['error_bound_ms']:.2f} ms (fastest rtt {clock['rtt_ms']:.2f} ms). "
+            "Glass-to-glass ends at the frame's last packet in."
         )
         if "decode" in report:
             d = report["decode"]

@@ -4,7 +4,10 @@
 // The worker sends, for every frame, when it started, rendered, encoded and sent it, keyed by
 // the frame's RTP timestamp; `requestVideoFrameCallback` tells when each frame arrived, was
 // decoded and will be displayed. Ping/pong on the data channel gives the offset between the
-// two clocks (from the fastest round trips, where the one-way halves are most nearly equal).
+// two clocks: each pong bounds it between w − received and w − sent, and the middle of the
+// recent bounds' intersection is the estimate (docs/data-channel.md, "ping → pong"). A busy
+// page or worker holds one leg of a round trip longer than the other, which skews half the
+// round trip; the intersection is as narrow as the quickest leg each way.
 
 /** The stages, in order: input's first, then a frame's from its start to the glass. */
 export const STAGES = Object.freeze(['input', 'wait', 'render', 'encode', 'send', 'network', 'jitterBuffer', 'decode', 'display']);
@@ -32,8 +35,9 @@ export class LatencyMeter {
 
   /** Forget everything: a new peer connection may lead to another worker with another clock. */
   reset() {
-    this._clock = [];  // {rtt, offset}: worker ms − browser ms
+    this._clock = [];  // {rtt, offset, low, high}: worker ms − browser ms and its bounds
     this._best = null;  // the sample of the fastest round trip in `_clock`
+    this._bounds = null;  // [low, high]: the intersection of the samples' bounds; null: empty
     this._records = new Map();  // rtp → record row
     this._shown = [];  // displayed frames still waiting for their record
     this._inputs = new Map();  // seq → browser time of the input event
@@ -48,14 +52,32 @@ export class LatencyMeter {
   onPong(message, receivedAt) {
     const rtt = receivedAt - message.t;
     if (!(rtt >= 0)) return;
-    this._clock.push({ rtt, offset: message.w - (message.t + receivedAt) / 2 });
+    this._clock.push({
+      rtt,
+      offset: message.w - (message.t + receivedAt) / 2,
+      low: message.w - receivedAt,
+      high: message.w - message.t,
+    });
     if (this._clock.length > CLOCK_SAMPLES) this._clock.shift();
     // once a pong, not once a displayed frame
     this._best = this._clock.reduce((best, s) => (s.rtt < best.rtt ? s : best));
+    const low = Math.max(...this._clock.map((s) => s.low));
+    const high = Math.min(...this._clock.map((s) => s.high));
+    this._bounds = low <= high ? [low, high] : null;
   }
 
-  /** Worker clock − browser clock in ms, from the fastest recent round trip; null before any. */
-  get offset() { return this._best ? this._best.offset : null; }
+  /** Worker clock − browser clock in ms: the middle of the recent bounds' intersection, or of
+   * the fastest recent round trip where they do not meet (a clock stepped); null before any. */
+  get offset() {
+    if (!this._best) return null;
+    return this._bounds ? (this._bounds[0] + this._bounds[1]) / 2 : this._best.offset;
+  }
+
+  /** How far `offset` can be from the truth (ms); null before any pong. */
+  get offsetErrorMs() {
+    if (!this._best) return null;
+    return this._bounds ? (this._bounds[1] - this._bounds[0]) / 2 : this._best.rtt / 2;
+  }
 
   /** The fastest recent round trip in ms; null before any. */
   get rttMs() { return this._best ? this._best.rtt : null; }
@@ -154,6 +176,7 @@ export class LatencyMeter {
       matched: this.matched,
       unmatched: this.unmatched,
       clockOffsetMs: this.offset,
+      clockErrorMs: this.offsetErrorMs,
       clockRttMs: this.rttMs,
       glassToGlass: percentiles(this.frames.map((f) => f.glassToGlass)),
       inputToPhoton: percentiles(this.frames.map((f) => f.inputToPhoton)),

@@ -217,7 +217,11 @@ export interface LatencySummary {
   matched: number;
   /** Displayed frames whose timing record never arrived. */
   unmatched: number;
+  /** Worker clock − browser clock, from ping/pong (docs/data-channel.md). */
   clockOffsetMs: number | null;
+  /** How far `clockOffsetMs` can be from the truth. */
+  clockErrorMs: number | null;
+  /** The fastest recent ping/pong round trip. */
   clockRttMs: number | null;
   /** Frame start on the worker → expected on the glass. */
   glassToGlass: Percentiles;
@@ -277,6 +281,7 @@ export declare class LatencyMeter {
   readonly matched: number;
   readonly unmatched: number;
   readonly offset: number | null;
+  readonly offsetErrorMs: number | null;
   readonly rttMs: number | null;
   reset(): void;
   onPong(message: { t: number; w: number }, receivedAt: number): void;

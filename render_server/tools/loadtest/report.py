@@ -214,6 +214,9 @@ def build_report(run: RunResult) -> dict[str, Any]:
         "freezes_hold": sum(s["freezes_hold"] for s in streams),
         "freeze_ms_hold": round(sum(s["freeze_ms_hold"] for s in streams), 1),
         "latency_ms": percentiles(all_latency),
+        "clock_error_max_ms": max(
+            (r.clock["error_bound_ms"] for r in run.streams if r.clock), default=None
+        ),
         "setup_ms": percentiles(setups),
         "setup_max_ms": max(setups) if setups else None,
         "decode_failed": sum(1 for s in streams if s["decode_ok"] is False),
@@ -369,7 +372,7 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
         f"floor {a['fps_floor']:g}); {a['mbps_total']:.1f} Mbps in all (each over its streaming)",
         f"frame latency (worker frame start → last packet in): p50 {_fmt(lat.get('p50'))} "
         f"p95 {_fmt(lat.get('p95'))} p99 {_fmt(lat.get('p99'))} ms over {lat.get('count', 0)} "
-        f"frames",
+        f"frames, each stream's clocks aligned within ± {_fmt(a['clock_error_max_ms'], '.2f')} ms",
         f"setup (request → first frame): p50 {_fmt(setup.get('p50'), '.0f')} "
         f"max {_fmt(a['setup_max_ms'], '.0f')} ms; lost "
         f"packets {a['lost_packets']} of {a['packets']}, NACKs {a['nacks_sent']}, PLIs "

@@ -55,7 +55,7 @@ class StreamResult:
     latency_ms: list[float] = field(default_factory=list)  # frame start → last packet in
     timing_records: int = 0
     bad_timing: int = 0
-    clock: dict[str, float] | None = None
+    clock: dict[str, float | bool] | None = None
     decode: dict[str, Any] | None = None
     worker_errors: list[dict[str, Any]] = field(default_factory=list)
 
