@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,3 +142,25 @@ def chromium_process(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         log.close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def static_site(directory: Path, files: dict[str, str]) -> Iterator[str]:
+    """`files` (name → text) written to `directory` and served over HTTP on loopback (a page
+    there may import modules, which a blank page may not); yields the site's root URL."""
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,18 +9,14 @@ and nothing for moves that change nothing, or that come while the picture change
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.browser import CHROMIUM_ARGS, chromium_path
+from tests.browser import CHROMIUM_ARGS, ROOT, chromium_path, static_site
 from tests.firefox import launch_firefox
 
-CLIENT = http.server.SimpleHTTPRequestHandler
 VIEWPORT = (640, 360)  # the video element's size
 FRAME_INTERVAL_MS = 1000 / 30  # the designer page's default stream
 ROUNDS = 8
@@ -68,23 +64,12 @@ window.ready = new Promise((resolve) => video.addEventListener('playing', resolv
 
 @pytest.fixture(scope="module")
 def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.browser import ROOT
-
-    root = tmp_path_factory.mktemp("meter")
-    (root / "index.html").write_text(PAGE)
+    client = ROOT / "render_server" / "client"
+    files = {"index.html": PAGE}
     for module in ("first-move.js", "latency.js"):  # the meter and what it imports
-        (root / module).write_text((ROOT / "render_server" / "client" / module).read_text())
-    handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
-    server.shutdown()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
+        files[module] = (client / module).read_text()
+    with static_site(tmp_path_factory.mktemp("meter"), files) as root:
+        yield root + "index.html"
 
 
 class _Chromium:

@@ -1,22 +1,25 @@
-"""The SDK's clock alignment (client/latency.js, `LatencyMeter.onPong`) in headless Chromium:
-the same pongs give the same offset and bound as the Python tools' `ClockOffset`, which
-tests/test_measure.py checks against the truth."""
+"""The SDK's clock alignment (client/latency.js, `LatencyMeter.onPong`) in headless Chromium
+(Playwright) and Firefox (firefox-esr through Marionette): the same pongs give the same offset
+and bound as the Python tools' `ClockOffset`, which tests/test_measure.py checks against the
+truth."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from render_server.tools.measure.clock import ClockOffset
-from tests.browser import ROOT, chromium_page
+from tests.browser import ROOT, chromium_page, static_site
+from tests.firefox import launch_firefox
 
-LOAD = """async (source) => {
-  const url = URL.createObjectURL(new Blob([source], { type: 'text/javascript' }));
-  window.latency = await import(url);
-}"""
+PAGE = """<!doctype html><script type="module">
+import * as latency from '/latency.js';
+window.latency = latency;
+</script>"""
 
 # each case: pongs as [sent, worker, received], fed to a fresh meter; the answer after each
 FEED = """(cases) => cases.map((pongs) => {
@@ -54,16 +57,37 @@ def _random_pongs(rng: random.Random, count: int) -> list[tuple[float, float, fl
     return pongs
 
 
-def test_the_sdk_aligns_the_clocks_as_the_python_tools_do() -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    module = (ROOT / "render_server" / "client" / "latency.js").read_text()
+    files = {"index.html": PAGE, "latency.js": module}
+    with static_site(tmp_path_factory.mktemp("clock"), files) as root:
+        yield root
+
+
+def _feed(browser: str, site: str, cases: list[Any]) -> Any:
+    if browser == "chromium":
+        with chromium_page() as page:
+            page.goto(site)
+            page.wait_for_function("window.latency !== undefined")
+            return page.evaluate(FEED, cases)
+    with launch_firefox() as firefox:
+        firefox.navigate(site)
+        return firefox.execute_async(
+            "while (window.latency === undefined) await new Promise((r) => setTimeout(r, 10));"
+            f"return ({FEED})(arguments[0]);",
+            cases,
+        )
+
+
+@pytest.mark.parametrize("browser", ["chromium", "firefox"])
+def test_the_sdk_aligns_the_clocks_as_the_python_tools_do(browser: str, site: str) -> None:
     rng = random.Random(7)
     cases = [
         [(0.0, 1001.0, 30.0), (100.0, 1127.0, 128.0)],  # the bounds meet: 1000 ± 1
         [(0.0, 1010.0, 30.0), (100.0, 1105.0, 104.0), (200.0, 1722.0, 226.0)],  # a step
     ] + [_random_pongs(rng, rng.randrange(1, 40)) for _ in range(60)]  # fmt: skip
-    source = (ROOT / "render_server" / "client" / "latency.js").read_text()
-    with chromium_page() as page:
-        page.evaluate(LOAD, source)
-        answers = page.evaluate(FEED, json.loads(json.dumps(cases)))
+    answers = _feed(browser, site, json.loads(json.dumps(cases)))
     assert answers[0][-1] == [1000.0, 1.0]
     assert answers[1][-1] == [1003.0, 2.0]  # the fastest round trip's middle
     for pongs, seen in zip(cases, answers, strict=True):
