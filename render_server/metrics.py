@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from render_server.gc_pauses import GcPauseCollector
+from render_server.loop_lag import LoopLagCollector
 from render_server.metrics_merge import Labels, merge_expositions
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkerStatusGauges"]
@@ -16,6 +17,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         r.register(GcPauseCollector())
+        r.register(LoopLagCollector())
         self.messages = Counter(
             "signaling_messages", "Signaling messages accepted, by type", ["type"], registry=r
         )

@@ -15,7 +15,12 @@ from render_server.config import Resolution
 from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.report import write_report
 from render_server.tools.loadtest.runner import Progress, run_loadtest
-from render_server.tools.loadtest.server import ServerApi, parse_prometheus, worker_counters
+from render_server.tools.loadtest.server import (
+    ServerApi,
+    parse_prometheus,
+    server_check,
+    worker_counters,
+)
 from render_server.tools.measure.frames import ObservedFrame
 
 from .browser import free_port, serve_process
@@ -175,17 +180,27 @@ def test_worker_counters_sum_over_labels() -> None:
     assert parse_prometheus(text)['worker_keyframes_total{reason="start"}'] == 3.0
     counters = worker_counters(text)
     assert counters == {"frames": 120.0, "bytes": 5e5, "keyframes": 5.0, "sessions_started": 0.0,
-                        "transport_feedback": 0.0, "media_packets": 0.0,
-                        "full_collections": 0.0, "full_collection_s": 0.0}  # fmt: skip
+                        "transport_feedback": 0.0, "loop_timers": 0.0, "media_packets": 0.0,
+                        "full_collections": 0.0, "full_collection_s": 0.0,
+                        "loop_timers_prompt": 0.0}  # fmt: skip
     text += 'worker_paced_packets_total{kind="media"} 900.0\n'
     text += 'worker_paced_packets_total{kind="padding"} 40.0\n'
     text += 'python_gc_pause_seconds_count{generation="0"} 500.0\n'
     text += 'python_gc_pause_seconds_count{child="0",child_pid="9",generation="2"} 3.0\n'
     text += 'python_gc_pause_seconds_count{generation="2"} 1.0\n'
     text += 'python_gc_pause_seconds_sum{generation="2"} 0.25\n'
+    text += 'python_event_loop_lag_seconds_bucket{le="0.05"} 95.0\n'
+    text += "python_event_loop_lag_seconds_count 100.0\n"
+    text += 'python_event_loop_lag_seconds_bucket{child="0",child_pid="9",le="0.05"} 38.0\n'
+    text += 'python_event_loop_lag_seconds_bucket{child="0",child_pid="9",le="0.1"} 40.0\n'
+    text += 'python_event_loop_lag_seconds_count{child="0",child_pid="9"} 40.0\n'
     counters = worker_counters(text)
     assert counters["media_packets"] == 900.0
     assert counters["full_collections"] == 4.0 and counters["full_collection_s"] == 0.25
+    assert counters["loop_timers"] == 140.0 and counters["loop_timers_prompt"] == 133.0
+    before = dict.fromkeys(counters, 0.0)
+    check = server_check(before, counters, None, 120, 5 * 10**5, 900)
+    assert check["server_late_timers"] == 7 and check["frames_ratio"] == 1.0
 
 
 def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from render_server import logs
 from render_server.config import ServerConfig, WorkerConfig
+from render_server.loop_lag import watch_event_loop
 from render_server.memory import fix_mmap_threshold, settle_heap, size_datagram_reads
 from render_server.metrics import Metrics
 from render_server.protocol.worker import ToSignaling
@@ -65,6 +66,7 @@ class _ChildFields(logging.Filter):
 
 
 async def serve_child(fd: int) -> None:
+    watch_event_loop()  # /metrics: how late the loop runs what is due (loop_lag.py)
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
     setup = await read_frame(reader)
     if setup is None or setup["kind"] != SETUP:

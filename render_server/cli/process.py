@@ -20,6 +20,7 @@ from aiohttp import web
 
 from render_server.backends.choice import Backends, BackendUnavailable, choose_backends
 from render_server.config import ServerConfig, WorkerConfig
+from render_server.loop_lag import watch_event_loop
 from render_server.memory import fix_mmap_threshold, settle_heap, size_datagram_reads
 from render_server.metrics import Metrics
 from render_server.render.builtin_scenes import default_scene
@@ -163,7 +164,7 @@ def run_process(main: Coroutine[Any, Any, None]) -> int:
     fix_mmap_threshold()
     size_datagram_reads()
     try:
-        asyncio.run(main)
+        asyncio.run(_watched(main))
     except SceneError as exc:
         print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
         return 2
@@ -174,6 +175,11 @@ def run_process(main: Coroutine[Any, Any, None]) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+async def _watched(main: Coroutine[Any, Any, None]) -> None:
+    watch_event_loop()  # /metrics: how late the loop runs what is due (loop_lag.py)
+    await main
 
 
 async def build_app(

@@ -20,6 +20,7 @@ from typing import Any
 
 from render_server.tools.loadtest.result import StreamResult
 from render_server.tools.loadtest.runner import RunResult
+from render_server.tools.loadtest.server import LATE_TIMER_S, server_check
 from render_server.tools.loadtest.stream import FREEZE_INTERVALS
 from render_server.tools.stats import percentile, percentiles
 
@@ -236,7 +237,14 @@ def build_report(run: RunResult) -> dict[str, Any]:
             "hold_packets_per_cpu_s": packets_per_cpu_s(run.processes),
         },
         "aggregate": aggregate,
-        "server_check": server_check(run, frames, sent, aggregate["packets"]),
+        "server_check": server_check(
+            run.server_before,
+            run.server_after,
+            run.server_error,
+            frames,
+            sent,
+            aggregate["packets"],
+        ),
         "verdict": {"passed": verdict.passed, "line": verdict.line, "reasons": verdict.reasons},
         "streams": streams,
     }
@@ -263,34 +271,6 @@ def packets_per_cpu_s(processes: list[dict[str, Any]]) -> float | None:
     windows = [p["hold_window"] for p in processes if p.get("hold_window")]
     cpu = sum(w["cpu_s"] for w in windows)
     return round(sum(w["packets"] for w in windows) / cpu) if cpu > 0 else None
-
-
-def server_check(run: RunResult, frames: int, sent: int, packets: int) -> dict[str, Any]:
-    """The worker's own counters over the run (after − before) beside the harness's totals.
-    The worker counts encoded bytes; the harness counts RTP payload bytes (no start codes,
-    with FU-A/STAP-A headers), which differ by a few bytes per NAL unit and packet."""
-    if run.server_after is None:
-        return {"error": run.server_error}
-    delta = {k: run.server_after[k] - run.server_before.get(k, 0.0) for k in run.server_after}
-    return {
-        "server_frames": int(delta["frames"]),
-        "server_bytes": int(delta["bytes"]),
-        "server_keyframes": int(delta["keyframes"]),
-        "server_sessions_started": int(delta["sessions_started"]),
-        "server_media_packets": int(delta.get("media_packets", 0.0)),
-        "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
-        "server_full_collections": int(delta.get("full_collections", 0.0)),
-        "server_full_collection_ms": round(delta.get("full_collection_s", 0.0) * 1000, 1),
-        "harness_frames": frames,
-        "harness_bytes": sent,
-        "harness_packets": packets,
-        "frames_ratio": round(frames / delta["frames"], 4) if delta["frames"] else None,
-        "bytes_ratio": round(sent / delta["bytes"], 4) if delta["bytes"] else None,
-        "packets_ratio": (
-            round(packets / delta["media_packets"], 4) if delta.get("media_packets") else None
-        ),
-        "note": "counters are deltas over the run: other clients of the server would count too",
-    }
 
 
 def judge(
@@ -412,7 +392,9 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
             f" MB sent; harness received {check['harness_frames']} frames "
             f"({_fmt(check['frames_ratio'], '.2%')}), {check['harness_bytes'] / 1e6:.1f} MB "
             f"({_fmt(check['bytes_ratio'], '.2%')}); its full garbage collections "
-            f"{check['server_full_collections']}, {check['server_full_collection_ms']:.0f} ms"
+            f"{check['server_full_collections']}, {check['server_full_collection_ms']:.0f} ms; "
+            f"its event loops ran {check['server_late_timers']} timers more than "
+            f"{LATE_TIMER_S * 1000:g} ms late"
         )
     lines.append(
         f"{'#':>4} {'state':<7} {'fps':>6} {'min1s':>5} {'Mbps':>7} {'p50':>6} {'p95':>6} "

@@ -21,6 +21,7 @@ WORKER_COUNTERS = {
     "keyframes": "worker_keyframes_total",
     "sessions_started": "sessions_started_total",
     "transport_feedback": "worker_transport_feedback_total",  # read by the controllers
+    "loop_timers": "python_event_loop_lag_seconds_count",
 }
 LABELLED = {
     # RTP packets of media the paced send path sent first (not resent, not padding or FEC)
@@ -29,7 +30,10 @@ LABELLED = {
     # their time, summed over a worker pool's children
     "full_collections": ("python_gc_pause_seconds_count{", 'generation="2"'),
     "full_collection_s": ("python_gc_pause_seconds_sum{", 'generation="2"'),
+    # timers the server's event loops ran at most LATE_TIMER_S late (render_server/loop_lag.py)
+    "loop_timers_prompt": ("python_event_loop_lag_seconds_bucket{", 'le="0.05"'),
 }
+LATE_TIMER_S = 0.05  # a bucket bound of python_event_loop_lag_seconds
 
 
 class ServerUnreachable(ConnectionError):
@@ -137,4 +141,43 @@ def worker_mode(workers: list[dict[str, Any]]) -> dict[str, Any]:
             else f"real frames: renderer {'/'.join(renderers)}, encoder {'/'.join(encoders)}"
         ),
         "capabilities": [w.get("capabilities", {}) for w in workers],
+    }
+
+
+def server_check(
+    before: dict[str, float],
+    after: dict[str, float] | None,
+    error: str | None,
+    frames: int,
+    sent: int,
+    packets: int,
+) -> dict[str, Any]:
+    """The worker's own counters over the run (after − before) beside the harness's totals.
+    The worker counts encoded bytes; the harness counts RTP payload bytes (no start codes,
+    with FU-A/STAP-A headers), which differ by a few bytes per NAL unit and packet."""
+    if after is None:
+        return {"error": error}
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    return {
+        "server_frames": int(delta["frames"]),
+        "server_bytes": int(delta["bytes"]),
+        "server_keyframes": int(delta["keyframes"]),
+        "server_sessions_started": int(delta["sessions_started"]),
+        "server_media_packets": int(delta.get("media_packets", 0.0)),
+        "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
+        "server_full_collections": int(delta.get("full_collections", 0.0)),
+        "server_full_collection_ms": round(delta.get("full_collection_s", 0.0) * 1000, 1),
+        # every server process's loop (a pool's parent and children), timers sampled 20 a second
+        "server_late_timers": int(
+            delta.get("loop_timers", 0.0) - delta.get("loop_timers_prompt", 0.0)
+        ),
+        "harness_frames": frames,
+        "harness_bytes": sent,
+        "harness_packets": packets,
+        "frames_ratio": round(frames / delta["frames"], 4) if delta["frames"] else None,
+        "bytes_ratio": round(sent / delta["bytes"], 4) if delta["bytes"] else None,
+        "packets_ratio": (
+            round(packets / delta["media_packets"], 4) if delta.get("media_packets") else None
+        ),
+        "note": "counters are deltas over the run: other clients of the server would count too",
     }
