@@ -66,7 +66,6 @@ class _ChildFields(logging.Filter):
 
 
 async def serve_child(fd: int) -> None:
-    watch_event_loop()  # /metrics: how late the loop runs what is due (loop_lag.py)
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
     setup = await read_frame(reader)
     if setup is None or setup["kind"] != SETUP:
@@ -95,6 +94,7 @@ async def serve_child(fd: int) -> None:
 
     service = WorkerService(worker, send)
     settle_heap()  # warmed up: what is loaded now would make each full collection a freeze
+    watch_event_loop()  # and from now on a late timer is a stream's wait (loop_lag.py)
     write_frame(writer, READY, pid=os.getpid())
     await writer.drain()
     tasks: set[asyncio.Task[Any]] = set()

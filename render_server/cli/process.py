@@ -164,7 +164,7 @@ def run_process(main: Coroutine[Any, Any, None]) -> int:
     fix_mmap_threshold()
     size_datagram_reads()
     try:
-        asyncio.run(_watched(main))
+        asyncio.run(main)
     except SceneError as exc:
         print(f"render-server: cannot load the scene: {exc}", file=sys.stderr)
         return 2
@@ -175,11 +175,6 @@ def run_process(main: Coroutine[Any, Any, None]) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-async def _watched(main: Coroutine[Any, Any, None]) -> None:
-    watch_event_loop()  # /metrics: how late the loop runs what is due (loop_lag.py)
-    await main
 
 
 async def build_app(
@@ -228,6 +223,7 @@ async def run_server(config: ServerConfig) -> None:
         tls = server_context(config.tls_cert, config.tls_key)
     app = await build_app(config)
     settle_heap()
+    watch_event_loop()  # warmed up: from now on a late timer is a stream's wait (loop_lag.py)
     limits = ConnectionLimits.of(config)
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=2.0, keepalive_timeout=limits.keepalive_timeout_s
@@ -264,6 +260,7 @@ async def run_worker(config: WorkerConfig) -> None:
     source = SceneSource(url=signaling_http_url(config.signaling_urls[0]), token=token)
     worker, pool = await start_worker(worker_id, config, Metrics(), scene_source=source)
     settle_heap()
+    watch_event_loop()  # warmed up: from now on a late timer is a stream's wait (loop_lag.py)
     agent = WorkerAgent(
         worker, config.signaling_urls, token, config.heartbeat_s, config.labels, config.region,
         drain_timeout_s=config.drain_timeout_s, pool=pool,
