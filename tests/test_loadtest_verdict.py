@@ -111,6 +111,28 @@ def test_without_min_fps_a_stream_under_95_percent_of_the_target_fails(
     ]  # type: ignore[index]
 
 
+@pytest.mark.parametrize(("bound_ms", "passed"), [(0.5, True), (6.0, False)])
+def test_a_latency_limit_holds_only_if_it_holds_at_either_end_of_the_clock_bound(
+    bound_ms: float, passed: bool
+) -> None:
+    """p95 39 ms against --max-p95-ms 44: passed where the clocks are aligned within ±0.5 ms,
+    not within ±6 (the p95 may have been 45); a stream with no latency fails as unmeasured."""
+    measured, twin = _stream(0, 0.1), _stream(1, 0.1)
+    measured.latency_ms = [20.0 + 20.0 * i / 99 for i in range(100)]  # p95 39.0
+    measured.clock = {"offset_ms": 3.0, "error_bound_ms": bound_ms, "rtt_ms": 9.0}
+    config = _config(max_p95_ms=44.0)
+    unmeasured = _stream(1, 0.1)
+    assert _report(config, [measured, unmeasured])["verdict"]["passed"] is False  # type: ignore[index]
+    twin.latency_ms, twin.clock = measured.latency_ms, measured.clock
+    verdict = _report(config, [measured, twin])["verdict"]
+    assert verdict["passed"] is passed, verdict  # type: ignore[index]
+    if not passed:
+        assert (
+            "2 stream(s) with p95 latency plus their clock's error bound above 44 ms, or "
+            "unmeasured (#0, #1)" in verdict["line"]  # type: ignore[index]
+        )
+
+
 def test_rates_are_over_the_time_a_stream_streamed() -> None:
     # up only for the last 5 s of a 22 s run, at the full rate: 30 fps and 1000 B × 30 / s
     report = _report(_config(), [_stream(0, 0.1), _stream(1, END_S - 5.0)])

@@ -122,7 +122,8 @@ def add_loadtest(sub: SubParsers) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
-                   help="FAIL when a stream's p95 frame latency is higher")  # fmt: skip
+                   help="FAIL when a stream's p95 frame latency, plus how far its clock "
+                   "alignment may be off, is higher")  # fmt: skip
     p.add_argument("--report", required=True, metavar="DIR", help="where report.json/.html go")
     p.add_argument("--json", action="store_true", help="print report.json instead of the summary")
     p.add_argument("--no-progress", action="store_true", help="no live display")

@@ -312,13 +312,17 @@ def judge(
                 f"{len(slow)} stream(s) below {min_fps:g} fps over the hold ({_names(slow)})"
             )
     if max_p95_ms is not None:
+        # at worst the clock offset was off by its bound the other way: pass only what held even so
         late = [
-            s for s in streams if s["latency_ms"] is None or s["latency_ms"]["p95"] > max_p95_ms
+            s
+            for s in streams
+            if s["latency_ms"] is None
+            or s["latency_ms"]["p95"] + (s["clock"] or {}).get("error_bound_ms", 0.0) > max_p95_ms
         ]
         if late:
             reasons.append(
-                f"{len(late)} stream(s) with p95 latency above {max_p95_ms:g} ms or unmeasured "
-                f"({_names(late)})"
+                f"{len(late)} stream(s) with p95 latency plus their clock's error bound above "
+                f"{max_p95_ms:g} ms, or unmeasured ({_names(late)})"
             )
     return Verdict(not reasons, reasons)
 
