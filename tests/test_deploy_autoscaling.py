@@ -149,6 +149,8 @@ async def test_the_scaled_objects_query_asks_for_the_workers_the_load_needs(
 async def _load_and_watch(replica: Process, url: str, promql: str) -> None:
     # every target is scraped: the two workers' status ports and the replica
     await settles_at(url, 'count(up{job=~"render-server-.*"} == 1)', 3)
+    # each of the three processes exports how late its event loop runs (the dashboard's panel)
+    await settles_at(url, "count(python_event_loop_lag_seconds_count > 0)", 3)
     await settles_at(url, promql, 1)  # idle: one worker keeps 2 spare slots
     browsers = [SignalClient(replica.ws, token("controller", f"user-{i}")) for i in range(6)]
     await asyncio.gather(*(b.connect() for b in browsers))
