@@ -12,7 +12,6 @@ reads it through a collector of its own (tests run many registries in one proces
 
 from __future__ import annotations
 
-import bisect
 import gc
 import math
 import time
@@ -20,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from render_server.seconds_histogram import SecondsHistogram
 
 __all__ = ["GcPauseCollector"]
 
@@ -31,8 +32,7 @@ class _PauseClock:
     """Times each collection from the hook's "start" to its "stop"."""
 
     def __init__(self) -> None:
-        self.counts = [[0] * len(BUCKETS_S) for _ in range(GENERATIONS)]
-        self.sums = [0.0] * GENERATIONS
+        self.generations = [SecondsHistogram(BUCKETS_S) for _ in range(GENERATIONS)]
         self._started: float | None = None
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
@@ -43,9 +43,7 @@ class _PauseClock:
             return
         elapsed = time.perf_counter() - self._started
         self._started = None
-        generation = info["generation"]
-        self.sums[generation] += elapsed
-        self.counts[generation][bisect.bisect_left(BUCKETS_S, elapsed)] += 1
+        self.generations[info["generation"]].record(elapsed)
 
 
 _clock: _PauseClock | None = None
@@ -72,14 +70,8 @@ class GcPauseCollector:
             "collection, which walks every tracked object not frozen at start)",
             labels=["generation"],
         )
-        for generation in range(GENERATIONS):
-            counts = self.clock.counts[generation]
-            cumulative = 0
-            buckets: list[tuple[str, float]] = []
-            for bound, count in zip(BUCKETS_S, counts, strict=True):
-                cumulative += count
-                buckets.append(("+Inf" if math.isinf(bound) else f"{bound:g}", cumulative))
-            pauses.add_metric([str(generation)], buckets, self.clock.sums[generation])
+        for generation, histogram in enumerate(self.clock.generations):
+            pauses.add_metric([str(generation)], histogram.buckets(), histogram.total_s)
         yield pauses
         yield GaugeMetricFamily(
             "python_gc_frozen_objects",

@@ -16,7 +16,6 @@ lateness of the first timer due in it: the histogram is how late timers ran, sam
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import math
 import weakref
@@ -25,6 +24,7 @@ from typing import Final
 
 from prometheus_client.core import HistogramMetricFamily, Metric
 
+from render_server.seconds_histogram import SecondsHistogram
 from render_server.ticks import next_on_grid
 
 __all__ = ["LoopLagCollector", "watch_event_loop"]
@@ -35,20 +35,7 @@ INTERVAL_S: Final = 0.05  # a multiple of 1/60 s: the 30 and 60 fps ticks' grid 
 STALL_S: Final = 0.1  # a lateness logged: three frame intervals at 30 fps
 BUCKETS_S: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, math.inf)
 
-
-class _LagClock:
-    """The process's timers' lateness, bucketed (one per process: every registry reads it)."""
-
-    def __init__(self) -> None:
-        self.counts = [0] * len(BUCKETS_S)
-        self.total_s = 0.0
-
-    def record(self, lag_s: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS_S, lag_s)] += 1
-        self.total_s += lag_s
-
-
-_clock = _LagClock()
+_lateness = SecondsHistogram(BUCKETS_S)  # the process's: every registry reads it
 _watched: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
@@ -65,7 +52,7 @@ def watch_event_loop() -> None:
     def due(at: float) -> None:
         now = loop.time()
         lag = max(0.0, now - at)  # asyncio may run a timer up to its clock resolution early
-        _clock.record(lag)
+        _lateness.record(lag)
         if lag >= STALL_S:
             log.warning("loop.stalled", extra={"late_ms": round(lag * 1000, 1)})
         following = next_on_grid(now, INTERVAL_S)
@@ -84,10 +71,5 @@ class LoopLagCollector:
             f"How late this process's event loop ran a timer due every {INTERVAL_S * 1000:g} "
             "ms: every stream the process sends waits as long",
         )
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, count in zip(BUCKETS_S, _clock.counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if math.isinf(bound) else f"{bound:g}", cumulative))
-        lag.add_metric([], buckets, _clock.total_s)
+        lag.add_metric([], _lateness.buckets(), _lateness.total_s)
         yield lag

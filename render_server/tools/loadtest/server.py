@@ -15,6 +15,7 @@ from render_server.protocol.json_reader import JsonLimits, read_json
 # workers fits with room to spare, and a server that answers gigabytes does not exhaust the harness
 WORKERS_JSON = JsonLimits(max_bytes=16 << 20, max_depth=32, max_items=1 << 20)
 
+LATE_TIMER_S = 0.05  # a bucket bound of python_event_loop_lag_seconds
 WORKER_COUNTERS = {
     "frames": "worker_frames_encoded_total",
     "bytes": "worker_frame_bytes_total",
@@ -31,9 +32,8 @@ LABELLED = {
     "full_collections": ("python_gc_pause_seconds_count{", 'generation="2"'),
     "full_collection_s": ("python_gc_pause_seconds_sum{", 'generation="2"'),
     # timers the server's event loops ran at most LATE_TIMER_S late (render_server/loop_lag.py)
-    "loop_timers_prompt": ("python_event_loop_lag_seconds_bucket{", 'le="0.05"'),
+    "loop_timers_prompt": ("python_event_loop_lag_seconds_bucket{", f'le="{LATE_TIMER_S:g}"'),
 }
-LATE_TIMER_S = 0.05  # a bucket bound of python_event_loop_lag_seconds
 
 
 class ServerUnreachable(ConnectionError):
