@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from render_server.memory import frozen_objects
 from render_server.seconds_histogram import SecondsHistogram
 
 __all__ = ["GcPauseCollector"]
@@ -75,6 +76,7 @@ class GcPauseCollector:
         yield pauses
         yield GaugeMetricFamily(
             "python_gc_frozen_objects",
-            "Objects frozen out of the collector's work once the process had started",
-            value=gc.get_freeze_count(),
+            "Objects frozen out of the collector's work once the process had started "
+            "(counted when they were frozen)",
+            value=frozen_objects(),
         )
