@@ -24,8 +24,11 @@ pyproject.toml pins `aiortc>=1.16,<1.17` for this reason):
 - `frame_sender` (the paced path's RTP loop): replaces `RTCRtpSender._run_rtp` on the
   instance, calls `_next_encoded_frame`, and keeps aiortc's private `__rtp_history`, sender
   report counters, `__rtp_started`/`__rtp_exited`, `__track` and `__encoder` as aiortc's loop
-  does; `rtp_transmit` protects with `RTCDtlsTransport._tx_srtp`, reads `_state`, counts into
-  `__tx_bytes`/`__tx_packets`, and sends on aioice's `Connection._nominated` pair.
+  does, and sets `__encoder` to `h264_packer.H264Packer` for H.264 (a subclass of aiortc's
+  `H264Encoder`: its `pack` reads `aiortc.codecs.h264.PACKET_MAX` and calls the private
+  `_packetize_stap_a`); `rtp_transmit` protects with `RTCDtlsTransport._tx_srtp`, reads
+  `_state`, counts into `__tx_bytes`/`__tx_packets`, and sends on aioice's
+  `Connection._nominated` pair.
 - `timing.watch_sent_packets` (aiortc's own send path, `--send-path stock`): wraps
   `RTCDtlsTransport._send_rtp`, reads `RTCRtpSender._ssrc`.
 - `receiver_hook.observe_receiver` (the measuring clients' side): replaces
