@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -131,3 +133,25 @@ def test_the_packer_keeps_aiortcs_encoder_for_pictures() -> None:
     assert isinstance(packer, h264.H264Encoder)
     packer.target_bitrate = 2_000_000  # what aiortc sets on REMB
     assert packer.target_bitrate == 2_000_000
+
+
+def test_a_workers_warm_up_readies_the_scan() -> None:
+    """Compiled (or loaded from numba's cache) before the first session, not on its first frame:
+    a fresh process, so no other test's call counts."""
+    code = """
+from render_server.backends.choice import Backends
+from render_server.config import Resolution, StreamConfig
+from render_server.metrics import Metrics
+from render_server.render.builtin_scenes import default_scene
+from render_server.transport.h264_packer import _start_codes
+from render_server.worker.local import LocalWorker
+stream = StreamConfig(resolution=Resolution(64, 64))
+backends = Backends("cpu", "x264", "", "")
+worker = LocalWorker("w", default_scene(), stream, 1, Metrics(), (), backends)
+before = len(_start_codes.signatures)
+worker.warm_up()
+print(before, len(_start_codes.signatures))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "1"]

@@ -43,6 +43,7 @@ from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.session import SessionEndCallback, StreamSession
 from render_server.stream.state import read_state, restored_quality
 from render_server.transport import check_aiortc_version
+from render_server.transport.h264_packer import start_codes
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class LocalWorker:
         }
 
     def warm_up(self) -> float:
-        """Compile the renderer and open an encoder once, so the first session starts at once.
+        """Compile the renderer and the packer's scan and open an encoder once, so the first
+        session starts at once.
 
         With `--renderer auto`, a CUDA renderer that fails here (kernels that do not compile
         for this GPU, say) falls back to the CPU renderer with a log line.
@@ -127,6 +129,7 @@ class LocalWorker:
             pipeline = self._pipeline()
         pipeline.produce(self.initial_camera.copy(), 0)
         pipeline.close()
+        start_codes(b"\x00\x00\x01\x65")  # the H.264 packer's scan, compiled or loaded now
         return time.perf_counter() - t0
 
     async def open_session(
