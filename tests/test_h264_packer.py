@@ -1,4 +1,4 @@
-"""Our send path packs H.264 as aiortc does (render_server/transport/h264_packer.py)."""
+"""Our send path packs H.264 as aiortc does (transport/h264_packer.py, encode/h264_bitstream.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from aiortc.codecs import h264
 
 from render_server.config import Resolution
 from render_server.encode.convert import rgb_to_yuv420
+from render_server.encode.h264_bitstream import SCAN_BLOCK, start_codes
 from render_server.encode.x264 import create_x264_encoder
-from render_server.transport.h264_packer import SCAN_BLOCK, H264Packer, start_codes
+from render_server.transport.h264_packer import H264Packer
 
 PAYLOAD_MAX = 1200  # what paced_negotiation holds aiortc's PACKET_MAX to
 
@@ -28,18 +29,19 @@ def _packet(data: bytes, pts: int = 3000) -> av.Packet[Any]:
     return packet
 
 
-def _aiortcs(data: bytes) -> tuple[list[bytes], int] | type[BaseException]:
+def _packed(packer: h264.H264Encoder, data: bytes) -> tuple[list[bytes], int] | type[Exception]:
     try:
-        return h264.H264Encoder().pack(_packet(data))
+        return packer.pack(_packet(data))
     except Exception as error:  # what aiortc raises, ours must too
         return type(error)
 
 
-def _ours(data: bytes) -> tuple[list[bytes], int] | type[BaseException]:
-    try:
-        return H264Packer().pack(_packet(data))
-    except Exception as error:
-        return type(error)
+def _aiortcs(data: bytes) -> tuple[list[bytes], int] | type[Exception]:
+    return _packed(h264.H264Encoder(), data)
+
+
+def _ours(data: bytes) -> tuple[list[bytes], int] | type[Exception]:
+    return _packed(H264Packer(), data)
 
 
 @pytest.fixture(params=[1300, PAYLOAD_MAX], ids=["aiortc", "paced"])
@@ -143,7 +145,7 @@ from render_server.backends.choice import Backends
 from render_server.config import Resolution, StreamConfig
 from render_server.metrics import Metrics
 from render_server.render.builtin_scenes import default_scene
-from render_server.transport.h264_packer import _start_codes
+from render_server.encode.h264_bitstream import _start_codes
 from render_server.worker.local import LocalWorker
 stream = StreamConfig(resolution=Resolution(64, 64))
 backends = Backends("cpu", "x264", "", "")

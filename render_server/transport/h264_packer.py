@@ -5,8 +5,9 @@ aiortc copies the access unit, finds its start codes with `bytes.find` and copie
 unit out of it, then copies each FU-A fragment twice (a slice, then the slice behind its two
 header bytes). CPython searches a three-byte needle at ~1.4 GB/s: 64 us of an 89 KB 4K60 frame
 here, 8-9 % of a worker process's CPU at 4K60 (perf, `benchmarks/capacity.py`'s scaling runs).
-Here one compiled pass over the frame finds every start code (12 us), NAL units are views of
-the packet, and each fragment is one concatenation of its header bytes and a view.
+Here one compiled pass over the frame finds every start code (12 us,
+`h264_bitstream.start_codes`), NAL units are views of the packet, and each fragment is one
+concatenation of its header bytes and a view.
 
 The payloads are aiortc's: NAL units split where aiortc splits them (a 4-byte start code
 gives back one zero byte, nothing else is trimmed), STAP-A aggregation by aiortc's own
@@ -21,58 +22,13 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import av
-import numpy as np
 from aiortc.codecs import h264
 from aiortc.mediastreams import VIDEO_TIME_BASE, convert_timebase
-from numba import njit
+
+from render_server.encode.h264_bitstream import start_codes
 
 NAL_TYPE_FU_A: Final = 28
 FU_A_HEADER_BYTES: Final = 2
-SCAN_BLOCK: Final = 64  # bytes tested at once (a vectorized loop) before looking closer
-START_CODES_KEPT: Final = 256  # a frame has a handful; more only with many slices
-
-
-@njit(cache=True, nogil=True)
-def _start_codes(data, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Write the offsets of `data`'s 00 00 01 start codes into `out` (as many as fit) and
-    return how many there are. They cannot overlap (00 00 01 has one 1, at its end), so these
-    are the ones a search resuming past each would find."""
-    n = np.uint64(data.shape[0])
-    one, two = np.uint64(1), np.uint64(2)
-    block = np.uint64(SCAN_BLOCK)
-    count = 0
-    i = two  # the 01 of each start code
-    while i + block <= n:
-        hit = np.uint8(0)
-        for k in range(block):  # branch-free: LLVM vectorizes it
-            j = i + k
-            hit |= (data[j] == 1) & (data[j - one] == 0) & (data[j - two] == 0)
-        if hit:
-            for k in range(block):
-                j = i + k
-                if data[j] == 1 and data[j - one] == 0 and data[j - two] == 0:
-                    if count < out.shape[0]:
-                        out[count] = j - two
-                    count += 1
-        i += block
-    while i < n:
-        if data[i] == 1 and data[i - one] == 0 and data[i - two] == 0:
-            if count < out.shape[0]:
-                out[count] = i - two
-            count += 1
-        i += one
-    return count
-
-
-def start_codes(data: Any) -> list[int]:
-    """The offsets of every 00 00 01 in `data` (any buffer of bytes), in order."""
-    array = np.frombuffer(data, np.uint8)
-    out = np.empty(START_CODES_KEPT, np.int64)
-    count = _start_codes(array, out)
-    if count > len(out):
-        out = np.empty(count, np.int64)
-        _start_codes(array, out)
-    return list(out[:count].tolist())
 
 
 def nal_units(data: memoryview) -> Iterator[memoryview]:
@@ -87,7 +43,7 @@ def nal_units(data: memoryview) -> Iterator[memoryview]:
         yield data[start : end - 1] if data[end - 1] == 0 else data[start:end]
 
 
-def fragment(nal: memoryview, packet_max: int) -> list[bytes]:
+def fragment(nal: bytes | memoryview, packet_max: int) -> list[bytes]:
     """FU-A fragments of one NAL unit larger than `packet_max`: aiortc's `_packetize_fu_a`."""
     available = packet_max - FU_A_HEADER_BYTES
     payload_size = len(nal) - 1  # its header byte travels in the FU headers
@@ -118,7 +74,7 @@ def payloads(data: memoryview, packet_max: int) -> list[bytes]:
     unit = next(units, None)
     while unit is not None:
         if len(unit) > packet_max:
-            out.extend(fragment(memoryview(unit), packet_max))
+            out.extend(fragment(unit, packet_max))
             unit = next(units, None)
         else:
             aggregated, unit = h264.H264Encoder._packetize_stap_a(unit, units)  # type: ignore[arg-type]

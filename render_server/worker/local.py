@@ -17,6 +17,7 @@ from render_server.backends.gpu import explain_nvenc_failure
 from render_server.config import Resolution, StreamConfig
 from render_server.encode.av1 import create_svtav1_encoder
 from render_server.encode.codecs import sendable
+from render_server.encode.h264_bitstream import start_codes
 from render_server.encode.nvenc import NVENC_NAMES, create_nvenc_encoder
 from render_server.encode.protocol import Encoder
 from render_server.encode.replay import ReplayEncoder, ReplayPictures, replay_clip
@@ -43,7 +44,6 @@ from render_server.stream.scene_loading import SceneLoading
 from render_server.stream.session import SessionEndCallback, StreamSession
 from render_server.stream.state import read_state, restored_quality
 from render_server.transport import check_aiortc_version
-from render_server.transport.h264_packer import start_codes
 
 log = logging.getLogger(__name__)
 
