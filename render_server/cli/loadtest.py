@@ -119,6 +119,11 @@ def add_loadtest(sub: SubParsers) -> None:
                    "(lean and count: packets timed by the kernel's receive stamps), so that the "
                    "worker paces and runs its congestion controller as for browsers; without it "
                    "the worker follows REMB and sends at once")  # fmt: skip
+    p.add_argument("--wake-interval-ms", type=float, metavar="MS",
+                   help="each harness process looks at its sockets at most every MS ms, "
+                   "reading what came meanwhile at once (arrival times stay the kernel's "
+                   "receive stamps); 0: as packets come (default: 5 with --receiver count, "
+                   "else 0)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the streams' drag patterns (%(default)s)")  # fmt: skip
     p.add_argument("--max-p95-ms", type=float,
@@ -144,7 +149,7 @@ def run_loadtest_cli(args: argparse.Namespace) -> int:
             setup_timeout_s=args.setup_timeout, min_fps=args.min_fps, max_p95_ms=args.max_p95_ms,
             codec=args.codec, drag=not args.no_drag, seed=args.seed,
             receiver=args.receiver, decode=decode, decoder=args.decoder,
-            transport_feedback=args.transport_feedback,
+            transport_feedback=args.transport_feedback, wake_interval_ms=args.wake_interval_ms,
         )  # fmt: skip
     except ValueError as exc:  # a ConfigError: a value the load test cannot use
         print(f"render-server loadtest: {exc}", file=sys.stderr)

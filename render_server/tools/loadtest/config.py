@@ -7,12 +7,14 @@ from typing import Any
 
 from render_server.config import MAX_FPS, ConfigError, Resolution
 from render_server.encode.codecs import CODECS
+from render_server.tools.loadtest.wakes import COUNT_INTERVAL_S
 
 MAX_STREAMS = 1000
 MAX_PROCESSES = 64
 RECEIVERS = ("lean", "full", "count")
 DECODE_MODES = ("none", "keyframes", "all")
 DECODERS = ("auto", "cpu", "nvdec")
+MAX_WAKE_MS = 50.0  # a frame interval at 20 fps: more would hold a stream's frames together
 DEFAULT_MIN_FPS_SHARE = 0.95  # without --min-fps, a stream under 95 % of the asked rate fails
 
 
@@ -49,6 +51,9 @@ class LoadTestConfig:
     # each stream sends transport-cc feedback as a browser does, so that the worker paces and
     # estimates the path as for browsers (lean: from the kernel's receive stamps; full)
     transport_feedback: bool = False
+    # each harness process looks at its sockets at most this often (`wakes`); None: the
+    # receiver's default, 5 ms for count (arrivals keep the kernel's stamps), 0 otherwise
+    wake_interval_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -92,11 +97,27 @@ class LoadTestConfig:
             raise ConfigError("--min-fps must be ≥ 0")
         if self.max_p95_ms is not None and self.max_p95_ms <= 0:
             raise ConfigError("--max-p95-ms must be positive")
+        if self.wake_interval_ms is not None and not 0 <= self.wake_interval_ms <= MAX_WAKE_MS:
+            raise ConfigError(
+                f"--wake-interval-ms must be 0..{MAX_WAKE_MS:g}, not {self.wake_interval_ms:g}"
+            )
+        if self.wake_interval_s > 0 and self.receiver == "full":
+            raise ConfigError(  # asyncio's datagram transport reads one datagram a wake
+                "--wake-interval-ms needs --receiver lean or count: aiortc's receive path "
+                "reads one datagram a wake"
+            )
 
     @property
     def fps_floor(self) -> float:
         """The fps each stream must hold: --min-fps, else 95 % of the asked rate."""
         return self.min_fps if self.min_fps is not None else DEFAULT_MIN_FPS_SHARE * self.fps
+
+    @property
+    def wake_interval_s(self) -> float:
+        """How long a harness process's loop holds its sockets' readiness (0: not at all)."""
+        if self.wake_interval_ms is not None:
+            return self.wake_interval_ms / 1000.0
+        return COUNT_INTERVAL_S if self.receiver == "count" else 0.0
 
     @property
     def decode_mode(self) -> str:
@@ -121,4 +142,5 @@ class LoadTestConfig:
         out["resolution"] = f"{self.resolution.width}x{self.resolution.height}"
         out["token"] = "***" if self.token else None
         out["decode_mode"] = self.decode_mode
+        out["wake_interval_ms"] = round(self.wake_interval_s * 1000.0, 3)
         return out

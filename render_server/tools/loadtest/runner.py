@@ -28,6 +28,7 @@ from render_server.tools.loadtest.config import LoadTestConfig
 from render_server.tools.loadtest.result import StreamResult
 from render_server.tools.loadtest.server import ServerApi, worker_mode
 from render_server.tools.loadtest.stream import END_WAIT_S, StreamProbe
+from render_server.tools.loadtest.wakes import loop_factory
 from render_server.tools.stats import percentile
 
 PROGRESS_INTERVAL_S = 1.0
@@ -238,7 +239,8 @@ def _child_main(
     go.wait()
     t0_ms = float(origin.value)
     window: dict[str, float] = {}
-    results = asyncio.run(_run_share(config, process, indices, messages, t0_ms, window))
+    with asyncio.Runner(loop_factory=loop_factory(config.wake_interval_s)) as runner:
+        results = runner.run(_run_share(config, process, indices, messages, t0_ms, window))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = {
         "process": process,
