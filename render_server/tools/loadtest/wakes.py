@@ -1,10 +1,11 @@
 """A harness process's event loop, waking for its sockets at most once every `interval_s`.
 
-A counting harness at 64 × 4K60 gets about 2,900 frame-end packets a second over 64 sockets,
-and asyncio wakes for each as it comes: an `epoll_wait`, a context switch off a server process
-on the same cores, a pass of the loop and a drained read, per packet. Waking at most every few
-milliseconds instead lets each wake read whatever all the sockets hold by then (the kernel
-queues it meanwhile), for a fraction of the switches.
+Against the kernel sink (`benchmarks/kernel_sink.py`) a counting harness at 64 × 4K60 gets only
+the frames' last packets, about 2,900 a second over 64 sockets, and asyncio wakes for each as it
+comes: an `epoll_wait`, a context switch off a server process on the same cores, a pass of the
+loop and a drained read, per packet. Waking at most every few milliseconds instead lets each
+wake read whatever all the sockets hold by then (the kernel queues it meanwhile), for a
+fraction of the switches.
 
 What it does not move:
 - timers: a wait shorter than what is left of the interval is a timer's, and ends on time;
@@ -12,8 +13,10 @@ What it does not move:
   stamp (`udp_gro.ReadClock`), which is when the packet came, not when it was read.
 
 What it does move, by up to `interval_s`: anything timed on reading, such as a pong's arrival
-(the clock alignment's bound widens by that much at worst; it never shifts), a NACK's or
-aiortc's own receive path's timing. Hence on by default only for `--receiver count`.
+(the clock alignment's bound widens by that much at worst, and still holds the true offset)
+or the lean receiver's NACKs. aiortc's own receive path (`--receiver full`) cannot use it:
+asyncio's datagram transport reads one datagram a wake. On by default only for `--receiver
+count`.
 """
 
 from __future__ import annotations
