@@ -109,6 +109,10 @@ class LeanReceiver:
         self.stats = LeanStats()
         self.gro = GroStats()  # the sockets' reads, where they took UDP_GRO (udp_gro)
         self.clock = ReadClock()  # packets' arrival: the kernel's receive time where it gave one
+        # the kernel's receive time of the last datagram left to aiortc (STUN, DTLS, RTCP), on
+        # `time.monotonic()` in ms; None where it came without one. A data-channel message is
+        # parsed after its datagram was read, never before, so this is its arrival or later
+        self.control_ms: float | None = None
         self._told: str | None = None  # the codec `on_codec` last heard of
         # transport-cc feedback (started with the loop running), and the extension's id once
         # negotiated
@@ -177,6 +181,7 @@ class LeanReceiver:
                 srtp is None or len(data) < 12 or not 127 < data[0] < 192 or is_rtcp(data)
                 or dtls._state != State.CONNECTED
             ):  # fmt: skip
+                self.control_ms = self.clock.kernel_ms
                 original(data, addr)  # STUN, DTLS, RTCP, or SRTP not keyed yet: aiortc's way
                 return
             stats.direct += 1

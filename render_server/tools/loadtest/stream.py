@@ -374,7 +374,9 @@ class StreamProbe:
         asyncio.get_running_loop().create_task(ping_burst(self._send, self.latency.clock))
 
     def _on_message(self, data: str | bytes) -> None:
-        message = self.latency.receive(data)  # timing records and pongs stop there
+        # timing records and pongs stop there; a pong is timed by its datagram's kernel stamp
+        arrived = self._lean.control_ms if self._lean is not None else None
+        message = self.latency.receive(data, arrived)
         if message is None:
             return
         kind = message.get("type")

@@ -66,13 +66,19 @@ class ClockOffset:
             del self._pending[next(iter(self._pending))]
         return {"type": "ping", "id": self._next_id, "t": sent_ms}
 
-    def pong(self, message: dict[str, Any], received_ms: float) -> bool:
-        """Take the worker's `pong` (received at `received_ms`); False if it answers no ping
-        of ours."""
+    def pong(
+        self, message: dict[str, Any], received_ms: float, stamped_ms: float | None = None
+    ) -> bool:
+        """Take the worker's `pong` (read at `received_ms`); False if it answers no ping of
+        ours. `stamped_ms`, where known, is when its datagram reached the host (the kernel's
+        stamp): the tighter bound, taken where it lies between the ping's send and the read (a
+        stamp outside that is a stepped clock's, and the read's time stands)."""
         ping_id, worker = message.get("id"), message.get("w")
         sent = self._pending.pop(ping_id, None) if isinstance(ping_id, int) else None
         if sent is None or isinstance(worker, bool) or not isinstance(worker, int | float):
             return False
+        if stamped_ms is not None and sent <= stamped_ms < received_ms:
+            received_ms = stamped_ms
         self.add(sent, float(worker), received_ms)
         return True
 

@@ -36,16 +36,18 @@ class FrameMatcher:
         self.record_count = 0
         self.bad_timing = 0  # `timing` messages refused as malformed
 
-    def receive(self, data: str | bytes) -> dict[str, Any] | None:
+    def receive(self, data: str | bytes, arrived_ms: float | None = None) -> dict[str, Any] | None:
         """A data-channel message from the worker: a `pong` aligns the clock, a `timing` one is
-        matched; any other JSON object is returned for the caller, None where nothing is left."""
+        matched; any other JSON object is returned for the caller, None where nothing is left.
+        `arrived_ms`, where known: when the message's datagram reached the host (the kernel's
+        stamp), which a busy or sleeping loop reads later (`ClockOffset.pong`)."""
         received = now_ms()  # before parsing: the pong's arrival, as exact as it gets here
         message = json_object(data)
         if message is None:
             return None
         kind = message.get("type")
         if kind == "pong":
-            self.clock.pong(message, received)
+            self.clock.pong(message, received, arrived_ms)
         elif kind == "timing":
             self.add_timing(message)
         else:
