@@ -57,7 +57,9 @@ def _readers(receiver: LeanReceiver, keyed: Any) -> tuple[Any, list[bytes]]:
     async def aiortcs(data: bytes, arrival_ms: int) -> None:
         pass
 
-    read, _ = receiver._readers(keyed, lambda data, addr: left.append(data), aiortcs)
+    # as `_hook_sockets` hands them aiortc's way in: through `_stamped`
+    to_aiortc = receiver._stamped(lambda data, addr: left.append(data))
+    read, _ = receiver._readers(keyed, to_aiortc, aiortcs)
     return read, left
 
 

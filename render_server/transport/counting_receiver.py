@@ -106,7 +106,6 @@ class CountingReceiver(LeanReceiver):
 
         def counted(data: Any, addr: Any) -> None:
             if not take(data, 0, addr):
-                self.control_ms = self.clock.kernel_ms
                 original(data, addr)
 
         counted.lean = True  # type: ignore[attr-defined]

@@ -149,13 +149,23 @@ class LeanReceiver:
                 continue
             received = protocol.datagram_received
             if not getattr(received, "lean", False):
-                direct, take_run = self._readers(dtls, received, aiortcs)
+                direct, take_run = self._readers(dtls, self._stamped(received), aiortcs)
                 setattr(protocol, "datagram_received", direct)  # noqa: B010 (aioice's object)
                 transport = getattr(protocol, "transport", None)
                 if transport is not None:  # a relayed "socket" (TURN) has none of its own
                     read_coalesced(
                         transport, direct, protocol.error_received, self.gro, take_run, self.clock
                     )
+
+    def _stamped(self, original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """`original` (aiortc's way in), noting the read's kernel stamp as `control_ms` first."""
+        clock = self.clock
+
+        def to_aiortc(data: Any, addr: Any) -> None:
+            self.control_ms = clock.kernel_ms
+            original(data, addr)
+
+        return to_aiortc
 
     def _readers(
         self,
@@ -181,7 +191,6 @@ class LeanReceiver:
                 srtp is None or len(data) < 12 or not 127 < data[0] < 192 or is_rtcp(data)
                 or dtls._state != State.CONNECTED
             ):  # fmt: skip
-                self.control_ms = self.clock.kernel_ms
                 original(data, addr)  # STUN, DTLS, RTCP, or SRTP not keyed yet: aiortc's way
                 return
             stats.direct += 1
