@@ -139,6 +139,21 @@ def test_nan_infinity_and_numbers_beyond_a_float_are_refused(number: str) -> Non
     ]
 
 
+@pytest.mark.parametrize("digits", [309, 400])
+def test_a_float_too_large_without_an_exponent_is_refused(digits: int) -> None:
+    zeros, nines = "0" * (digits - 1), "9" * digits
+    assert code_of(f"[2{zeros}.5]") == "bad_json"  # 2e308 and more: beyond 1.8e308
+    assert code_of(f'{{"a": "x", "b": -{nines}.0}}') == "bad_json"
+
+
+def test_floats_read_alike_with_and_without_an_exponent_in_the_text() -> None:
+    near_max = f"{'9' * 308}.0"  # the longest integral part a float holds
+    plain = read_json(f"[{near_max}, 0.1, -2.5]", LIMITS)
+    assert plain == [float(near_max), 0.1, -2.5]
+    # "1e999" in a string makes the text take the hooked decoder: no number is refused for it
+    assert read_json(f'["1e999", {near_max}, 0.1, -2.5]', LIMITS) == ["1e999", *plain]
+
+
 def test_an_integer_of_thousands_of_digits_is_refused() -> None:
     assert code_of("1" * 5000, JsonLimits(10_000)) == "bad_json"
 

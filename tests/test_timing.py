@@ -88,6 +88,36 @@ def test_timing_records_parse_and_refuse_malformed_rows() -> None:
         parse_timing({"type": "pong"})
 
 
+@pytest.mark.parametrize(
+    "row",
+    [
+        [7, 3, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 1],  # as the worker writes them
+        [7, -1, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 0],  # an input beside seq -1: dropped
+        [7, 3, None, 11, 12.5, 14, 14.1, 15, 1200, True],  # integral times, a bool key
+        (7, 3, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 1),  # a tuple
+        [7, 3, 1e308, 1e308, 1e308, 1e308, 1e308, 1e308, 0, 0],  # finite, their sum is not
+    ],
+)
+def test_the_quick_way_and_the_general_way_read_a_row_alike(row: list[object]) -> None:
+    assert TimingRecord.parse(row) == TimingRecord._parse_any(row)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [7, 3, 10.5, 11.0, 12.5, float("inf"), 14.1, 15.0, 1200, 1],
+        [7, 3, float("nan"), 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 1],
+        [7, 3, 10.5, 11.0, 12.5, 14.0, True, 15.0, 1200, 1],
+        [7, True, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 1],
+        [7, 3, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, 1200, 0.5],
+        [7, 3, 10.5, 11.0, 12.5, 14.0, 14.1, 15.0, -1, 1],
+    ],
+)
+def test_the_quick_way_refuses_what_the_general_way_does(bad: list[object]) -> None:
+    with pytest.raises(ValueError):
+        TimingRecord.parse(bad)
+
+
 async def test_records_arrive_when_the_data_channel_leads_the_bundle(
     start_server: ServerFactory,
 ) -> None:
