@@ -11,6 +11,7 @@ from typing import Any
 from aiortc import RTCPeerConnection, RTCSctpTransport
 from aiortc.rtcsctptransport import SackChunk
 
+from render_server.tools.signaling_client import SignalingClient
 from render_server.transport.delayed_sack import SACK_DELAY_S, delay_sacks
 
 
@@ -125,3 +126,13 @@ async def test_real_peers_deliver_everything_with_half_the_sacks() -> None:
     finally:
         await page.close()
         await worker.close()
+
+
+async def test_the_tools_clients_acknowledge_as_a_browser_does() -> None:
+    # the load test, `render-server latency` and the viewer open their peers here: the worker
+    # should get a browser's SACKs from them, not one for each timing message and pong
+    pc, _, _ = SignalingClient("http://127.0.0.1:9").viewer_peer(lambda _: None, lambda: None)
+    try:
+        assert pc.sctp is not None and getattr(pc.sctp._send_sack, "delayed", False)
+    finally:
+        await pc.close()

@@ -27,6 +27,7 @@ from aiortc import (
 from render_server.protocol.errors import ProtocolError
 from render_server.protocol.json_reader import JsonLimits, read_json
 from render_server.protocol.wire import PROTOCOL_VERSION
+from render_server.transport.delayed_sack import delay_sacks
 from render_server.transport.feedback_generator import send_transport_feedback
 from render_server.transport.playout_delay import register_playout_delay
 from render_server.transport.video_sender import codec_preferences
@@ -154,7 +155,9 @@ class SignalingClient:
         Chromium it offers the playout-delay extension, so the worker sends what it would send
         a browser (the extension on every packet), and like a browser its receiver sends
         transport-cc feedback, which the worker's congestion controller runs on (unless not
-        `transport_feedback`: the worker then follows aiortc's REMB)."""
+        `transport_feedback`: the worker then follows aiortc's REMB), and acknowledges the
+        channel's messages as a browser's SCTP does: every second packet, or within 200 ms
+        (`delay_sacks`), not each at once as aiortc would."""
         register_playout_delay()
         pc = self.peer_connection()
         transceiver = pc.addTransceiver("video", direction="recvonly")
@@ -162,6 +165,8 @@ class SignalingClient:
             send_transport_feedback(transceiver.receiver)
         transceiver.setCodecPreferences(codec_preferences(codec))
         channel = pc.createDataChannel("input")
+        assert pc.sctp is not None  # aiortc makes the association with the first channel
+        delay_sacks(pc.sctp)
         channel.on("open", on_open)
         channel.on("message", on_message)
         return pc, transceiver.receiver, channel
