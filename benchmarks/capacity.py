@@ -2,7 +2,8 @@
 
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
         [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 32,64]
-        [--scaling-bitrate 50000000] [--sink kernel|harness] [--receiver lean|count]
+        [--scaling-bitrate 50000000] [--scaling-rounds 1] [--sink kernel|harness]
+        [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -12,9 +13,11 @@ commands.
          per server `--processes` value: every stream ≥ 29 fps with no freeze in the hold?
 scaling  the same server asked for more than it can send (`--scaling-streams` × 4K60 at
          `--scaling-bitrate`, 15 s hold): the packets per second it sent over the hold, per server
-         `--processes` value, and the ratio of each to the first. By default each process carries 32
-         sessions (32 with `--processes 1`, 64 with 2): a 4K60 stream of 50 Mbit/s asks about 3,000
-         packets/s, so each process is asked for more than it sends, and each as much.
+         `--processes` value, and the ratio of each to the first. By default each process
+         carries 32 sessions (32 with `--processes 1`, 64 with 2): a 4K60 stream of 50 Mbit/s
+         asks about 3,000 packets/s, so each process is asked for more than it sends, and each
+         as much. `--scaling-rounds N` runs every value in turn N times and prints each round's
+         ratio and their median: this VM's speed drifts by several per cent within minutes.
          `--scaling-streams` takes one count for every `--processes` value (the same ask: one
          process is then asked twice what each of two is, and lowers its sessions' frame rates
          further, `stream.governor`) or one per value. With `--sink kernel` (the default where it
@@ -37,9 +40,11 @@ import argparse
 import contextlib
 import os
 import shlex
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +89,66 @@ def _streams_held(report: dict[str, Any], min_fps: float) -> int:
     )
 
 
+Run = Callable[..., tuple[Any, float, str]]
+Note = Callable[[str, str, str], None]
+
+
+def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run: Run,
+             note: Note) -> None:  # fmt: skip
+    """The scaling runs: `args.scaling_rounds` rounds of every --processes value in turn, each
+    round's ratios, and with more than one round the median of the last value's."""
+    rounds = args.scaling_rounds
+    ratios: list[float] = []  # each round's last --processes value against its first
+    sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
+    with sink:
+        for round_ in range(1, rounds + 1):
+            named = f" (round {round_} of {rounds})" if rounds > 1 else ""
+            rates: list[tuple[str, float, float]] = []  # --processes, packets/s, per CPU-second
+            for p, n in zip(pools, counts, strict=True):
+                serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
+                              "--bitrate", str(args.scaling_bitrate), "--slots", n,
+                              "--processes", p, "--max-sessions-per-address", "0",
+                              "--max-connections-per-address", "256")  # fmt: skip
+                samples: list[tuple[float, float]] = []
+                name = f"scaling-r{round_}-p{p}" if rounds > 1 else f"scaling-p{p}"
+                report, cpu, how = run(
+                    serve_args, name, "--streams", n, "--resolution", "3840x2160",
+                    "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
+                    "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
+                )  # fmt: skip
+                window = report["harness"]["processes"][0]["hold_window"]
+                server = cpu_between(samples, window["start_ms"], window["end_ms"])
+                cores = server / window["seconds"]
+                if isinstance(sink, kernel_sink.KernelSink):
+                    got = sink.between(window["start_ms"], window["end_ms"])
+                    rate = got.packets / window["seconds"]
+                    mbps = 8 * got.bytes / window["seconds"] / 1e6
+                    counted = (f"{got.packets:,} packets, {mbps:,.0f} Mbit/s, counted by the "
+                               f"kernel sink; {got.markers:,} frame ends passed on, the "
+                               f"harness got {window['packets']:,}")  # fmt: skip
+                else:
+                    rate = _hold_packets_per_s(report)
+                    counted = "counted by the harness"
+                rates.append((p, rate, rate / cores))
+                note(f"scaling{named}: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, "
+                     f"server --processes {p}",
+                     f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
+                     f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
+                     f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
+            if rates and rates[0][1]:
+                _, base, base_cpu = rates[0]
+                ratios.append(rates[-1][1] / base)
+                each = ", ".join(f"--processes {p}: {r / base:.2f}× ({c / base_cpu:.2f}× per "
+                                 "server CPU-second)" for p, r, c in rates)  # fmt: skip
+                note(f"scaling{named}: packets/s against the first ({args.sink} sink)", each,
+                     "as above")  # fmt: skip
+    if len(ratios) > 1:
+        listed = ", ".join(f"{r:.2f}×" for r in ratios)
+        how = f"python benchmarks/capacity.py --skip 4k30,x264 --scaling-rounds {rounds}"
+        note(f"scaling: --processes {pools[-1]} against {pools[0]}, {len(ratios)} rounds",
+             f"median {statistics.median(ratios):.2f}× ({listed})", how)  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hold", type=float, default=60.0, help="seconds held in 4k30")
@@ -95,6 +160,13 @@ def main() -> int:
         default="",
         help="4K60 streams of the scaling runs: one count, or one per --server-processes value "
         f"(default: {SCALING_PER_PROCESS} per server process)",
+    )
+    parser.add_argument(
+        "--scaling-rounds",
+        type=int,
+        default=1,
+        help="scaling runs repeated this often, every --processes value in turn each round; "
+        "each round's ratio and their median printed (this VM's speed drifts between runs)",
     )
     parser.add_argument(
         "--scaling-bitrate", type=int, default=50_000_000, help="each scaling stream's, bits/s"
@@ -168,44 +240,9 @@ def main() -> int:
             counts *= len(pools)
         if len(counts) != len(pools):
             parser.error("--scaling-streams: one count, or one per --server-processes value")
-        rates: list[tuple[str, float, float]] = []  # --processes, packets/s, per CPU-second
-        sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
-        with sink:
-            for p, n in zip(pools, counts, strict=True):
-                serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
-                              "--bitrate", str(args.scaling_bitrate), "--slots", n,
-                              "--processes", p, "--max-sessions-per-address", "0",
-                              "--max-connections-per-address", "256")  # fmt: skip
-                samples: list[tuple[float, float]] = []
-                report, cpu, how = run(
-                    serve_args, f"scaling-p{p}", "--streams", n, "--resolution", "3840x2160",
-                    "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
-                    "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
-                )  # fmt: skip
-                window = report["harness"]["processes"][0]["hold_window"]
-                server = cpu_between(samples, window["start_ms"], window["end_ms"])
-                cores = server / window["seconds"]
-                if isinstance(sink, kernel_sink.KernelSink):
-                    got = sink.between(window["start_ms"], window["end_ms"])
-                    rate = got.packets / window["seconds"]
-                    mbps = 8 * got.bytes / window["seconds"] / 1e6
-                    counted = (f"{got.packets:,} packets, {mbps:,.0f} Mbit/s, counted by the "
-                               f"kernel sink; {got.markers:,} frame ends passed on, the "
-                               f"harness got {window['packets']:,}")  # fmt: skip
-                else:
-                    rate = _hold_packets_per_s(report)
-                    counted = "counted by the harness"
-                rates.append((p, rate, rate / cores))
-                note(f"scaling: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, server "
-                     f"--processes {p}",
-                     f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
-                     f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
-                     f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
-        if rates and rates[0][1]:
-            _, base, base_cpu = rates[0]
-            ratios = ", ".join(f"--processes {p}: {r / base:.2f}× ({c / base_cpu:.2f}× per server "
-                               "CPU-second)" for p, r, c in rates)  # fmt: skip
-            note(f"scaling: packets/s against the first ({args.sink} sink)", ratios, "as above")
+        if args.scaling_rounds < 1:
+            parser.error("--scaling-rounds: 1 or more")
+        _scaling(args, pools, counts, run, note)
 
     if "x264" not in skip:
         serve_args = ("--encoder", "x264", "--renderer", "cpu", "--resolution", "1280x720",
