@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_sink  # noqa: E402  (benchmarks/kernel_sink.py)
 from loadtest import (  # noqa: E402  (benchmarks/loadtest.py)
+    MachineSeconds,
     cpu_between,
     describe,
     held,
@@ -89,6 +90,32 @@ def _streams_held(report: dict[str, Any], min_fps: float) -> int:
     )
 
 
+def _cores_spent(
+    machine: list[tuple[float, MachineSeconds]],
+    window: dict[str, Any],
+    server: float,
+    harness: float,
+) -> str:
+    """What the server and the harness left of the machine's cores over the hold: idle, taken
+    by the hypervisor, or the rest (other processes, and interrupts served outside the two:
+    with tick-based CPU accounting, as here, the kernel charges the softirq work a process
+    triggers, loopback's receiving side included, to that process)."""
+    seconds = window["seconds"]
+
+    def cores(field: str) -> float:
+        index = MachineSeconds._fields.index(field)
+        series = [(ms, sample[index]) for ms, sample in machine]
+        return cpu_between(series, window["start_ms"], window["end_ms"]) / seconds
+
+    total = os.cpu_count() or 1
+    idle, steal = cores("idle"), cores("steal")
+    rest = max(0.0, total - idle - steal - server - harness)
+    return (
+        f"of the machine's {total} cores, {idle:.2f} went idle, the hypervisor took "
+        f"{steal:.2f} and the rest {rest:.2f}"
+    )
+
+
 Run = Callable[..., tuple[Any, float, str]]
 Note = Callable[[str, str, str], None]
 
@@ -110,15 +137,18 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                               "--processes", p, "--max-sessions-per-address", "0",
                               "--max-connections-per-address", "256")  # fmt: skip
                 samples: list[tuple[float, float]] = []
+                machine: list[tuple[float, MachineSeconds]] = []
                 name = f"scaling-r{round_}-p{p}" if rounds > 1 else f"scaling-p{p}"
                 report, cpu, how = run(
                     serve_args, name, "--streams", n, "--resolution", "3840x2160",
                     "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
                     "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
+                    machine_samples=machine,
                 )  # fmt: skip
                 window = report["harness"]["processes"][0]["hold_window"]
                 server = cpu_between(samples, window["start_ms"], window["end_ms"])
                 cores = server / window["seconds"]
+                harness = _hold_cpu(report)
                 if isinstance(sink, kernel_sink.KernelSink):
                     got = sink.between(window["start_ms"], window["end_ms"])
                     rate = got.packets / window["seconds"]
@@ -134,7 +164,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                      f"server --processes {p}",
                      f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
                      f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
-                     f"{_hold_cpu(report):.2f} cores; {describe(report, cpu)}", how)  # fmt: skip
+                     f"{harness:.2f} cores; {_cores_spent(machine, window, cores, harness)}; "
+                     f"{describe(report, cpu)}", how)  # fmt: skip
             if rates and rates[0][1]:
                 _, base, base_cpu = rates[0]
                 ratios.append(rates[-1][1] / base)
@@ -211,10 +242,14 @@ def main() -> int:
         name: str,
         *test_args: str,
         cpu_samples: list[tuple[float, float]] | None = None,
+        machine_samples: list[tuple[float, MachineSeconds]] | None = None,
     ) -> tuple[Any, float, str]:
         with serve(*serve_args, log=work / f"{name}.log") as (url, pid, command):
             serve_cmd = "python " + " ".join(shlex.quote(c) for c in command[1:])
-            report, cpu, cmd = loadtest(url, pid, work / name, *test_args, cpu_samples=cpu_samples)
+            report, cpu, cmd = loadtest(
+                url, pid, work / name, *test_args, cpu_samples=cpu_samples,
+                machine_samples=machine_samples,
+            )  # fmt: skip
             return report, cpu, f"{serve_cmd}\n    {cmd}"
 
     if "4k30" not in skip:

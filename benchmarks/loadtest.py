@@ -54,7 +54,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,10 +98,12 @@ def loadtest(
     out: Path,
     *args: str,
     cpu_samples: list[tuple[float, float]] | None = None,
+    machine_samples: list[tuple[float, MachineSeconds]] | None = None,
 ) -> tuple[dict[str, Any], float, str]:
     """One harness run; (report, the server's CPU seconds over it, the command). Where
     `cpu_samples` is given, it gets (time.monotonic() ms, server CPU seconds) every
-    `CPU_SAMPLE_S` while the harness runs (see `cpu_between`)."""
+    `CPU_SAMPLE_S` while the harness runs (see `cpu_between`), and `machine_samples` the
+    whole machine's (`machine_seconds`) at the same instants."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
     before = tree_cpu_seconds_or_raise(pid)
@@ -114,6 +116,8 @@ def loadtest(
             deadline = time.monotonic() + HARNESS_TIMEOUT_S
             while cpu_samples is not None and harness.poll() is None:
                 cpu_samples.append((time.monotonic() * 1e3, tree_cpu_seconds_or_raise(pid)))
+                if machine_samples is not None:
+                    machine_samples.append((time.monotonic() * 1e3, machine_seconds()))
                 time.sleep(CPU_SAMPLE_S)
                 if time.monotonic() > deadline:
                     harness.kill()
@@ -126,6 +130,26 @@ def loadtest(
         raise RuntimeError(f"loadtest exited {harness.returncode}: {stderr[-2000:]}")
     shown = shell_line(command).replace(url, "$URL")
     return json.loads(stdout), server_cpu, "python " + shown
+
+
+class MachineSeconds(NamedTuple):
+    """The whole machine's CPU seconds so far (/proc/stat, all cores summed)."""
+
+    busy: float  # user, nice, system
+    interrupts: float  # hard and soft interrupts (also in `busy`'s processes' time, or not:
+    # that depends on the kernel's CPU accounting)
+    idle: float  # idle and waiting for I/O
+    steal: float  # taken by the hypervisor
+
+
+def machine_seconds() -> MachineSeconds:
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    tick = os.sysconf("SC_CLK_TCK")
+    return MachineSeconds(
+        (user + nice + system) / tick, (irq + softirq) / tick, (idle + iowait) / tick, steal / tick
+    )
 
 
 def cpu_between(samples: list[tuple[float, float]], start_ms: float, end_ms: float) -> float:
