@@ -165,11 +165,8 @@ class EncodedVideoTrack(MediaStreamTrack, Generic[Camera]):
                     await asyncio.sleep(earliest - loop.time())
                 self._next_tick = loop.time() + self._interval
             else:
-                # how late this tick is now: a timer on a busy loop fires late, and a tick
-                # more than an interval late was missed however the lateness came about
-                behind = loop.time() - self._next_tick
-                if behind > self._interval:
-                    missed = int(behind / self._interval)
+                if -wait > self._interval:
+                    missed = int(-wait / self._interval)
                     self.dropped_ticks += missed
                     self._next_tick += missed * self._interval
                 # a tick of the clock: the next one on the process's grid of this frame rate,
