@@ -133,23 +133,18 @@ def loadtest(
 
 
 class MachineSeconds(NamedTuple):
-    """The whole machine's CPU seconds so far (/proc/stat, all cores summed)."""
+    """What the whole machine's cores did not give to processes so far (/proc/stat, all cores
+    summed, seconds)."""
 
-    busy: float  # user, nice, system
-    interrupts: float  # hard and soft interrupts (also in `busy`'s processes' time, or not:
-    # that depends on the kernel's CPU accounting)
     idle: float  # idle and waiting for I/O
     steal: float  # taken by the hypervisor
 
 
 def machine_seconds() -> MachineSeconds:
-    user, nice, system, idle, iowait, irq, softirq, steal = (
-        int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    )
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    idle, iowait, steal = int(fields[4]), int(fields[5]), int(fields[8])  # "cpu" user nice ...
     tick = os.sysconf("SC_CLK_TCK")
-    return MachineSeconds(
-        (user + nice + system) / tick, (irq + softirq) / tick, (idle + iowait) / tick, steal / tick
-    )
+    return MachineSeconds((idle + iowait) / tick, steal / tick)
 
 
 def cpu_between(samples: list[tuple[float, float]], start_ms: float, end_ms: float) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from math import isfinite as _isfinite
 from typing import Any, Final
 
 ROW_LENGTH: Final = 10
@@ -64,7 +63,7 @@ class TimingRecord:
                 and (input_ms is None or type(input_ms) is float)
                 and 0 <= rtp <= RTP_MASK and seq >= -1 and size >= 0 and (key == 0 or key == 1)
                 # a sum of finite floats is finite unless it overflows: then the way below
-                and _isfinite(start + rendered + encoded + handed + sent + (input_ms or 0.0))
+                and math.isfinite(start + rendered + encoded + handed + sent + (input_ms or 0.0))
             ):  # fmt: skip
                 arrived = None if seq < 0 else input_ms
                 return cls(
