@@ -3,7 +3,7 @@
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
         [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 32,64]
         [--scaling-bitrate 50000000] [--scaling-rounds 1] [--sink kernel|harness]
-        [--receiver lean|count]
+        [--harness-nice 19] [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -27,6 +27,13 @@ scaling  the same server asked for more than it can send (`--scaling-streams` ×
          packets/s are the kernel's counts, and the harness (`--receiver count --decode none
          --no-drag`) sees one packet a frame, so that the server's processes, not the harness, have
          this machine's cores. `--sink harness` counts what the harness received instead.
+         For the same reason, with `--sink kernel`, the harness runs at niceness
+         `--harness-nice` (19; 0 for the scheduler's default): with two server processes and
+         the harness on two cores, the scheduler gives the cores to the server first and the
+         harness runs on what it leaves (with one server process it has a core of its own
+         either way). The harness still gets its share, keeps every session and its data
+         channel up, and, waking less often, spends less; the packets are the kernel's counts,
+         whenever the harness reads. A harness that counts (`--sink harness`) runs as is.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
@@ -126,6 +133,7 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
     rounds = args.scaling_rounds
     ratios: list[float] = []  # each round's last --processes value against its first
     sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
+    nice = args.harness_nice if args.sink == "kernel" else 0  # a harness that counts runs as is
     with sink:
         for round_ in range(1, rounds + 1):
             named = f" (round {round_} of {rounds})" if rounds > 1 else ""
@@ -142,7 +150,7 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                     serve_args, name, "--streams", n, "--resolution", "3840x2160",
                     "--fps", "60", "--duration", "15", "--ramp", "5", "--processes", "1",
                     "--receiver", "count", "--decode", "none", "--no-drag", cpu_samples=samples,
-                    machine_samples=machine,
+                    machine_samples=machine, nice=nice,
                 )  # fmt: skip
                 window = report["harness"]["processes"][0]["hold_window"]
                 server = cpu_between(samples, window["start_ms"], window["end_ms"])
@@ -163,7 +171,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                      f"server --processes {p}",
                      f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
                      f"then ({rate / cores:,.0f} packets per server CPU-second), harness "
-                     f"{harness:.2f} cores; {_cores_spent(machine, window, cores, harness)}; "
+                     f"{harness:.2f} cores at nice {nice}; "
+                     f"{_cores_spent(machine, window, cores, harness)}; "
                      f"{describe(report, cpu)}", how)  # fmt: skip
             if rates and rates[0][1]:
                 _, base, base_cpu = rates[0]
@@ -174,7 +183,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                      "as above")  # fmt: skip
     if len(ratios) > 1:
         listed = ", ".join(f"{r:.2f}×" for r in ratios)
-        how = f"python benchmarks/capacity.py --skip 4k30,x264 --scaling-rounds {rounds}"
+        how = (f"python benchmarks/capacity.py --skip 4k30,x264 --scaling-rounds {rounds} "
+               f"--harness-nice {args.harness_nice}")  # fmt: skip
         note(f"scaling: --processes {pools[-1]} against {pools[0]}, {len(ratios)} rounds",
              f"median {statistics.median(ratios):.2f}× ({listed})", how)  # fmt: skip
 
@@ -206,6 +216,13 @@ def main() -> int:
         choices=("kernel", "harness"),
         default="kernel",
         help="who counts the scaling runs' packets (kernel: dropped and counted by netfilter)",
+    )
+    parser.add_argument(
+        "--harness-nice",
+        type=int,
+        default=19,
+        help="the scaling runs' harness runs at this niceness, so that the server's processes "
+        "get the cores first (0: the scheduler's default)",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
     parser.add_argument(
@@ -242,12 +259,13 @@ def main() -> int:
         *test_args: str,
         cpu_samples: list[tuple[float, float]] | None = None,
         machine_samples: list[tuple[float, MachineSeconds]] | None = None,
+        nice: int = 0,
     ) -> tuple[Any, float, str]:
         with serve(*serve_args, log=work / f"{name}.log") as (url, pid, command):
             serve_cmd = "python " + " ".join(shlex.quote(c) for c in command[1:])
             report, cpu, cmd = loadtest(
                 url, pid, work / name, *test_args, cpu_samples=cpu_samples,
-                machine_samples=machine_samples,
+                machine_samples=machine_samples, nice=nice,
             )  # fmt: skip
             return report, cpu, f"{serve_cmd}\n    {cmd}"
 

@@ -92,6 +92,13 @@ def shell_line(command: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in command[1:])
 
 
+def niced(command: list[str], nice: int) -> list[str]:
+    """`command` run at niceness `nice` (as is for 0 or less): where server and harness share
+    a machine's cores, the scheduler then gives them to the server first, and the harness
+    runs on what the server leaves (it still gets a share: CFS starves nobody)."""
+    return ["nice", "-n", str(nice), *command] if nice > 0 else command
+
+
 def loadtest(
     url: str,
     pid: int,
@@ -99,13 +106,18 @@ def loadtest(
     *args: str,
     cpu_samples: list[tuple[float, float]] | None = None,
     machine_samples: list[tuple[float, MachineSeconds]] | None = None,
+    nice: int = 0,
 ) -> tuple[dict[str, Any], float, str]:
     """One harness run; (report, the server's CPU seconds over it, the command). Where
     `cpu_samples` is given, it gets (time.monotonic() ms, server CPU seconds) every
     `CPU_SAMPLE_S` while the harness runs (see `cpu_between`), and `machine_samples` the
-    whole machine's (`machine_seconds`) at the same instants."""
+    whole machine's (`machine_seconds`) at the same instants. A `nice` above 0 runs the
+    harness at that niceness (`niced`)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
+    shown = shell_line(command).replace(url, "$URL")
+    shown = f"nice -n {nice} python {shown}" if nice > 0 else f"python {shown}"
+    command = niced(command, nice)
     before = tree_cpu_seconds_or_raise(pid)
     # files, not pipes: a report larger than a pipe's buffer would block the harness at its
     # end while this loop samples
@@ -128,8 +140,7 @@ def loadtest(
     server_cpu = tree_cpu_seconds_or_raise(pid) - before
     if harness.returncode not in (0, 1):
         raise RuntimeError(f"loadtest exited {harness.returncode}: {stderr[-2000:]}")
-    shown = shell_line(command).replace(url, "$URL")
-    return json.loads(stdout), server_cpu, "python " + shown
+    return json.loads(stdout), server_cpu, shown
 
 
 class MachineSeconds(NamedTuple):
