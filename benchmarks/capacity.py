@@ -3,7 +3,7 @@
     python benchmarks/capacity.py [--hold 60] [--server-processes 1,2] [--hour-price 1.20]
         [--skip 4k30,scaling,x264] [--harness-processes 2] [--scaling-streams 32,64]
         [--scaling-bitrate 50000000] [--scaling-rounds 1] [--sink kernel|harness]
-        [--harness-nice 19] [--receiver lean|count]
+        [--harness-nice 0] [--receiver lean|count]
 
 Server and harness run on this machine, over loopback; every figure is a `render-server
 loadtest ... --json` run against a `render-server serve` started here, printed with both
@@ -27,13 +27,14 @@ scaling  the same server asked for more than it can send (`--scaling-streams` ×
          packets/s are the kernel's counts, and the harness (`--receiver count --decode none
          --no-drag`) sees one packet a frame, so that the server's processes, not the harness, have
          this machine's cores. `--sink harness` counts what the harness received instead.
-         For the same reason, with `--sink kernel`, the harness runs at niceness
-         `--harness-nice` (19; 0 for the scheduler's default): with two server processes and
-         the harness on two cores, the scheduler gives the cores to the server first and the
-         harness runs on what it leaves (with one server process it has a core of its own
-         either way). The harness still gets its share, keeps every session and its data
-         channel up, and, waking less often, spends less; the packets are the kernel's counts,
-         whenever the harness reads. A harness that counts (`--sink harness`) runs as is.
+         With `--sink kernel`, `--harness-nice N` runs the harness at niceness N (default 0,
+         the scheduler's default), so that the server's processes get the cores first. It was
+         tried and is not the default: a harness starved too long stops reporting, and a worker
+         pauses a session whose client sent no RTCP for 3 s (`quiet_peer`), which changes what
+         it sends. Here at 19 the server paused sessions 16-133 times in most two-process
+         holds, at 10 in one round of eight; at 5 in none of three, for no gain this VM's
+         spread can show. Each run prints the sessions the server paused, and a round with any
+         says NOT CLEAN beside its ratio. A harness that counts (`--sink harness`) runs as is.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
@@ -132,12 +133,14 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
     round's ratios, and with more than one round the median of the last value's."""
     rounds = args.scaling_rounds
     ratios: list[float] = []  # each round's last --processes value against its first
+    paused_rounds = 0  # rounds in which the server paused a session (see the module)
     sink = kernel_sink.KernelSink() if args.sink == "kernel" else contextlib.nullcontext()
     nice = args.harness_nice if args.sink == "kernel" else 0  # a harness that counts runs as is
     with sink:
         for round_ in range(1, rounds + 1):
             named = f" (round {round_} of {rounds})" if rounds > 1 else ""
             rates: list[tuple[str, float, float]] = []  # --processes, packets/s, per CPU-second
+            pauses: list[int] = []  # sessions the server paused in each run (client silent)
             for p, n in zip(pools, counts, strict=True):
                 serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
                               "--bitrate", str(args.scaling_bitrate), "--slots", n,
@@ -167,6 +170,7 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                     rate = _hold_packets_per_s(report)
                     counted = "counted by the harness"
                 rates.append((p, rate, rate / cores))
+                pauses.append(report["server_check"].get("server_session_pauses", 0))
                 note(f"scaling{named}: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, "
                      f"server --processes {p}",
                      f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
@@ -179,6 +183,14 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                 ratios.append(rates[-1][1] / base)
                 each = ", ".join(f"--processes {p}: {r / base:.2f}× ({c / base_cpu:.2f}× per "
                                  "server CPU-second)" for p, r, c in rates)  # fmt: skip
+                if any(pauses):
+                    paused_rounds += 1
+                    paused = ", ".join(
+                        f"{c} with --processes {p}"
+                        for (p, _, _), c in zip(rates, pauses, strict=True)
+                    )
+                    each += (f"; NOT CLEAN: the server paused sessions whose client was silent "
+                             f"3 s ({paused})")  # fmt: skip
                 note(f"scaling{named}: packets/s against the first ({args.sink} sink)", each,
                      "as above")  # fmt: skip
     if len(ratios) > 1:
@@ -186,7 +198,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
         how = (f"python benchmarks/capacity.py --skip 4k30,x264 --scaling-rounds {rounds} "
                f"--harness-nice {args.harness_nice}")  # fmt: skip
         note(f"scaling: --processes {pools[-1]} against {pools[0]}, {len(ratios)} rounds",
-             f"median {statistics.median(ratios):.2f}× ({listed})", how)  # fmt: skip
+             f"median {statistics.median(ratios):.2f}× ({listed}); rounds with sessions "
+             f"paused: {paused_rounds}", how)  # fmt: skip
 
 
 def main() -> int:
@@ -220,9 +233,10 @@ def main() -> int:
     parser.add_argument(
         "--harness-nice",
         type=int,
-        default=19,
+        default=0,
         help="the scaling runs' harness runs at this niceness, so that the server's processes "
-        "get the cores first (0: the scheduler's default)",
+        "get the cores first (at 10 and 19 the starved harness's silence made the server pause "
+        "sessions: see the module)",
     )
     parser.add_argument("--skip", default="", help="comma-separated parts: 4k30,scaling,x264")
     parser.add_argument(

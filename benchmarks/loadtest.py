@@ -184,13 +184,15 @@ def describe(report: dict[str, Any], server_cpu: float) -> str:
     lat = a["latency_ms"] or {}
     wall = report["wall_s"]
     late = report["server_check"].get("server_late_timers", "?")
+    pauses = report["server_check"].get("server_session_pauses", "?")
     return (
         f"fps min {a['fps_hold_min']:.1f} median {a['fps_hold_median']}, {a['failed']} failed, "
         f"{a['frozen']} froze in the hold ({a['frozen_in_ramp']} in the ramp), "
         f"{a['mbps_total']:.0f} Mbps, latency p50/p95 "
         f"{lat.get('p50', float('nan')):.1f}/{lat.get('p95', float('nan')):.1f} ms, CPU "
         f"server {server_cpu / wall:.2f} + harness {report['harness']['cpu_s'] / wall:.2f} "
-        f"cores, server timers > 50 ms late: {late}"
+        f"cores, server timers > 50 ms late: {late}, sessions paused by the server (their "
+        f"client silent 3 s): {pauses}"
     )
 
 

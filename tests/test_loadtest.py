@@ -182,7 +182,7 @@ def test_worker_counters_sum_over_labels() -> None:
     assert counters == {"frames": 120.0, "bytes": 5e5, "keyframes": 5.0, "sessions_started": 0.0,
                         "transport_feedback": 0.0, "loop_timers": 0.0, "media_packets": 0.0,
                         "full_collections": 0.0, "full_collection_s": 0.0,
-                        "loop_timers_prompt": 0.0}  # fmt: skip
+                        "loop_timers_prompt": 0.0, "session_pauses": 0.0}  # fmt: skip
     text += 'worker_paced_packets_total{kind="media"} 900.0\n'
     text += 'worker_paced_packets_total{kind="padding"} 40.0\n'
     text += 'python_gc_pause_seconds_count{generation="0"} 500.0\n'
@@ -191,6 +191,8 @@ def test_worker_counters_sum_over_labels() -> None:
     text += 'python_gc_pause_seconds_sum{generation="2"} 0.25\n'
     text += 'python_event_loop_lag_seconds_bucket{le="0.05"} 95.0\n'
     text += "python_event_loop_lag_seconds_count 100.0\n"
+    text += 'worker_session_pauses_total{child="0",child_pid="9"} 2.0\n'
+    text += 'worker_session_pauses_total{child="1",child_pid="10"} 1.0\n'
     text += 'python_event_loop_lag_seconds_bucket{child="0",child_pid="9",le="0.05"} 38.0\n'
     text += 'python_event_loop_lag_seconds_bucket{child="0",child_pid="9",le="0.1"} 40.0\n'
     text += 'python_event_loop_lag_seconds_count{child="0",child_pid="9"} 40.0\n'
@@ -201,6 +203,7 @@ def test_worker_counters_sum_over_labels() -> None:
     before = dict.fromkeys(counters, 0.0)
     check = server_check(before, counters, None, 120, 5 * 10**5, 900)
     assert check["server_late_timers"] == 7 and check["frames_ratio"] == 1.0
+    assert check["server_session_pauses"] == 3  # summed over a pool's children
 
 
 def test_the_sampling_assembler_keeps_only_sampled_keyframes() -> None:

@@ -23,6 +23,9 @@ WORKER_COUNTERS = {
     "sessions_started": "sessions_started_total",
     "transport_feedback": "worker_transport_feedback_total",  # read by the controllers
     "loop_timers": "python_event_loop_lag_seconds_count",
+    # sessions the worker stopped because their client sent no RTCP for 3 s (`quiet_peer`): a
+    # harness too busy to report is a client gone quiet, and its streams stop
+    "session_pauses": "worker_session_pauses_total",
 }
 LABELLED = {
     # RTP packets of media the paced send path sent first (not resent, not padding or FEC)
@@ -163,6 +166,7 @@ def server_check(
         "server_bytes": int(delta["bytes"]),
         "server_keyframes": int(delta["keyframes"]),
         "server_sessions_started": int(delta["sessions_started"]),
+        "server_session_pauses": int(delta.get("session_pauses", 0.0)),
         "server_media_packets": int(delta.get("media_packets", 0.0)),
         "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
         "server_full_collections": int(delta.get("full_collections", 0.0)),
