@@ -5,8 +5,9 @@
 #   on the GPU machine: bash benchmarks/gpu_check.sh [OUT_DIR]    # carry .gpu-wheels/ along
 #
 # It installs what .gpu-wheels/ carries (what the machine's image lacks) into a directory of its
-# own on PYTHONPATH, builds pycuda there from its sdist against the machine's CUDA, runs the GPU tests (which refuse to pass on the CPU), times the CUDA
-# renderer at 1080p and 4K over at least 200 frames, tries NVENC for each codec and prints what
+# own on PYTHONPATH, builds pycuda there from its sdist against the machine's CUDA, runs the GPU
+# tests (which refuse to pass on the CPU), times the CUDA renderer at 1080p and 4K over at least
+# 200 frames, tries NVENC for each codec and prints what
 # `render-server doctor` says (an A100/H100/H200 has no NVENC and must say so and fall back),
 # then has the load-test harness decode every frame of 20 × 4K30 streams, on the CPU and with
 # NVDEC (benchmarks/harness_decode.py). About ten minutes on an H200's 16 cores, unmeasured.
