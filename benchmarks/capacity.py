@@ -31,10 +31,11 @@ scaling  the same server asked for more than it can send (`--scaling-streams` ×
          the scheduler's default), so that the server's processes get the cores first. It was
          tried and is not the default: a harness starved too long stops reporting, and a worker
          pauses a session whose client sent no RTCP for 3 s (`quiet_peer`), which changes what
-         it sends. Here at 19 the server paused sessions 16-133 times in most two-process
-         holds, at 10 in one round of eight; at 5 in none of three, for no gain this VM's
-         spread can show. Each run prints the sessions the server paused, and a round with any
-         says NOT CLEAN beside its ratio. A harness that counts (`--sink harness`) runs as is.
+         it sends. Here at 19 the server paused sessions in ten of thirteen two-process
+         holds (1-133 times each), at 10 in one round of eight, at 5 in none of three (for
+         no gain this VM's spread can show). Each run prints the sessions the server paused,
+         and a round with any says NOT CLEAN beside its ratio. A harness that counts
+         (`--sink harness`) runs as is.
 x264     the real pipeline (CPU renderer, libx264, `--animate`), 720p30, the server with
          `--processes auto`: the most streams held at ≥ 29 fps (1 upward, 10 s holds).
 
