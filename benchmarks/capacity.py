@@ -116,7 +116,7 @@ def _cores_spent(
         return cpu_between(series, window["start_ms"], window["end_ms"]) / seconds
 
     total = os.cpu_count() or 1
-    idle, steal = (cores(i) for i in range(len(MachineSeconds._fields)))
+    idle, steal = MachineSeconds(*(cores(i) for i in range(len(MachineSeconds._fields))))
     rest = max(0.0, total - idle - steal - server - harness)
     return (
         f"of the machine's {total} cores, {idle:.2f} went idle, the hypervisor took "
@@ -140,8 +140,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
     with sink:
         for round_ in range(1, rounds + 1):
             named = f" (round {round_} of {rounds})" if rounds > 1 else ""
-            rates: list[tuple[str, float, float]] = []  # --processes, packets/s, per CPU-second
-            pauses: list[int] = []  # sessions the server paused in each run (client silent)
+            # --processes, packets/s, per CPU-second, sessions the server paused (client silent)
+            rates: list[tuple[str, float, float, int]] = []
             for p, n in zip(pools, counts, strict=True):
                 serve_args = ("--encoder", "replay", "--resolution", "3840x2160", "--fps", "60",
                               "--bitrate", str(args.scaling_bitrate), "--slots", n,
@@ -170,8 +170,8 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                 else:
                     rate = _hold_packets_per_s(report)
                     counted = "counted by the harness"
-                rates.append((p, rate, rate / cores))
-                pauses.append(report["server_check"].get("server_session_pauses", 0))
+                paused = report["server_check"].get("server_session_pauses", 0)
+                rates.append((p, rate, rate / cores, paused))
                 note(f"scaling{named}: {n} × 4K60 {args.scaling_bitrate / 1e6:g} Mbit/s asked, "
                      f"server --processes {p}",
                      f"{rate:,.0f} packets/s over the hold ({counted}), server {cores:.2f} cores "
@@ -180,18 +180,15 @@ def _scaling(args: argparse.Namespace, pools: list[str], counts: list[str], run:
                      f"{_cores_spent(machine, window, cores, harness)}; "
                      f"{describe(report, cpu)}", how)  # fmt: skip
             if rates and rates[0][1]:
-                _, base, base_cpu = rates[0]
+                _, base, base_cpu, _ = rates[0]
                 ratios.append(rates[-1][1] / base)
                 each = ", ".join(f"--processes {p}: {r / base:.2f}× ({c / base_cpu:.2f}× per "
-                                 "server CPU-second)" for p, r, c in rates)  # fmt: skip
-                if any(pauses):
+                                 "server CPU-second)" for p, r, c, _ in rates)  # fmt: skip
+                if any(n for *_, n in rates):
                     paused_rounds += 1
-                    paused = ", ".join(
-                        f"{c} with --processes {p}"
-                        for (p, _, _), c in zip(rates, pauses, strict=True)
-                    )
+                    listed = ", ".join(f"{n} with --processes {p}" for p, *_, n in rates)
                     each += (f"; NOT CLEAN: the server paused sessions whose client was silent "
-                             f"3 s ({paused})")  # fmt: skip
+                             f"3 s ({listed})")  # fmt: skip
                 note(f"scaling{named}: packets/s against the first ({args.sink} sink)", each,
                      "as above")  # fmt: skip
     if len(ratios) > 1:

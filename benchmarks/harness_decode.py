@@ -40,7 +40,6 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
     decoded = decode.get("decoded", 0)
     cpu_s = report["harness"]["cpu_s"]
     return {
-        "decoders": ", ".join(decode.get("decoders", [])) or "none",
         "decoded": decoded,
         "dropped": decode.get("dropped", 0),
         "undecodable": decode.get("undecodable", 0),
@@ -76,7 +75,7 @@ def main() -> int:
     serve_args = ("--encoder", "replay", "--resolution", args.resolution, "--fps", f"{args.fps:g}",
                   "--bitrate", str(args.bitrate), "--slots", str(args.streams))  # fmt: skip
     floor = args.fps - 1 if args.min_fps is None else args.min_fps
-    with serve(*serve_args, log=work / "serve.log") as (url, _pid, command):
+    with serve(*serve_args, log=work / "serve.log") as (url, pid, command):
         print("server: python " + " ".join(command[1:]))
         for decoder in decoders:
             try:
@@ -85,7 +84,7 @@ def main() -> int:
                 print(f"--decoder {decoder}: not run ({exc})")
                 continue
             report, server_cpu, how = loadtest(
-                url, _pid, work / decoder, "--streams", str(args.streams),
+                url, pid, work / decoder, "--streams", str(args.streams),
                 "--resolution", args.resolution, "--fps", f"{args.fps:g}",
                 "--duration", f"{args.duration:g}", "--ramp", f"{args.ramp:g}",
                 "--processes", str(args.processes), "--decode", "all", "--decoder", decoder,

@@ -115,8 +115,7 @@ def loadtest(
     harness at that niceness (`niced`)."""
     command = [PY, "-m", "render_server", "loadtest", "--server", url, *args,
                "--report", str(out), "--json", "--no-progress"]  # fmt: skip
-    shown = shell_line(command).replace(url, "$URL")
-    shown = f"nice -n {nice} python {shown}" if nice > 0 else f"python {shown}"
+    shown = " ".join([*niced(["python"], nice), shell_line(command)]).replace(url, "$URL")
     command = niced(command, nice)
     before = tree_cpu_seconds_or_raise(pid)
     # files, not pipes: a report larger than a pipe's buffer would block the harness at its

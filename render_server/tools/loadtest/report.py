@@ -399,7 +399,7 @@ def summary_text(report: dict[str, Any], report_dir: str | None = None, rows: in
             f"{check['server_full_collections']}, {check['server_full_collection_ms']:.0f} ms; "
             f"its event loops ran {check['server_late_timers']} timers more than "
             f"{LATE_TIMER_S * 1000:g} ms late; it paused sessions "
-            f"{check.get('server_session_pauses', 0)} times (no RTCP from their client for 3 s)"
+            f"{check['server_session_pauses']} times (no RTCP from their client for 3 s)"
         )
     lines.append(
         f"{'#':>4} {'state':<7} {'fps':>6} {'min1s':>5} {'Mbps':>7} {'p50':>6} {'p95':>6} "

@@ -166,7 +166,7 @@ def server_check(
         "server_bytes": int(delta["bytes"]),
         "server_keyframes": int(delta["keyframes"]),
         "server_sessions_started": int(delta["sessions_started"]),
-        "server_session_pauses": int(delta.get("session_pauses", 0.0)),
+        "server_session_pauses": int(delta["session_pauses"]),
         "server_media_packets": int(delta.get("media_packets", 0.0)),
         "server_transport_feedback": int(delta.get("transport_feedback", 0.0)),
         "server_full_collections": int(delta.get("full_collections", 0.0)),
