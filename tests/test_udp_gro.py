@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 import struct
 import sys
@@ -18,6 +19,7 @@ import pytest
 from render_server.transport.udp_gro import (
     SO_RXQ_OVFL,
     SO_TIMESTAMPNS,
+    UDP_GRO,
     GroStats,
     ReadClock,
     drop_count,
@@ -26,7 +28,7 @@ from render_server.transport.udp_gro import (
     segment_size,
     split,
 )
-from render_server.transport.udp_segments import SegmentedSender
+from render_server.transport.udp_segments import SOL_UDP, SegmentedSender
 
 SO_NO_CHECK = 11  # asm-generic/socket.h: no checksum, so no segmentation offload
 
@@ -46,6 +48,10 @@ class Collector(asyncio.DatagramProtocol):
         self.arrived = asyncio.Event()
         self.expected = 0
         self.errors: list[Exception] = []
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.datagrams.append(data)
@@ -224,3 +230,41 @@ def test_a_read_without_a_drop_count_dropped_nothing() -> None:
     assert drop_count([(17, 104, b"\0\0\0\0")]) == 0
     count = struct.pack("=I", 7)
     assert drop_count([(socket.SOL_SOCKET, SO_RXQ_OVFL, count)]) == 7
+
+
+class RefusesGro:
+    """A socket as a sandboxed kernel (gVisor's, on the lent GPU machines and GKE Sandbox)
+    may give one: `UDP_GRO` refused, everything else the real socket's."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.asked: list[tuple[int, int]] = []
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        self.asked.append((level, option))
+        if (level, option) == (SOL_UDP, UDP_GRO):
+            raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+        self._sock.setsockopt(level, option, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="UDP_GRO is Linux's")
+async def test_a_socket_that_refuses_gro_keeps_asyncio_reading_every_datagram() -> None:
+    """Nothing is half set up: no stamps asked for, the transport's own reader kept, and
+    segmented runs still arrive as the datagrams they were (the kernel cuts them)."""
+    refusing: list[RefusesGro] = []
+
+    def made(collector: Collector) -> None:
+        transport = collector.transport
+        assert transport is not None
+        real = transport._sock  # type: ignore[attr-defined]
+        refusing.append(RefusesGro(real))
+        transport._sock = refusing[0]  # type: ignore[attr-defined]  # as read_coalesced sees it
+
+    sent, received, stats, taken = await receive(segmented=True, made=made)
+    assert not taken
+    assert refusing[0].asked == [(SOL_UDP, UDP_GRO)]  # and then nothing more
+    assert received == sent
+    assert stats.reads == stats.datagrams == 0  # asyncio read them, not read_coalesced
