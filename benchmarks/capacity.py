@@ -111,12 +111,12 @@ def _cores_spent(
     triggers, loopback's receiving side included, to that process)."""
     seconds = window["seconds"]
 
-    def cores(index: int) -> float:
-        series = [(ms, sample[index]) for ms, sample in machine]
+    def cores(field: str) -> float:
+        series = [(ms, getattr(sample, field)) for ms, sample in machine]
         return cpu_between(series, window["start_ms"], window["end_ms"]) / seconds
 
     total = os.cpu_count() or 1
-    idle, steal = MachineSeconds(*(cores(i) for i in range(len(MachineSeconds._fields))))
+    idle, steal = cores("idle"), cores("steal")
     rest = max(0.0, total - idle - steal - server - harness)
     return (
         f"of the machine's {total} cores, {idle:.2f} went idle, the hypervisor took "
