@@ -66,6 +66,11 @@ class Metrics:
         self.slots_free = Gauge("worker_slots_free", "Worker slots free", registry=r)
         self.frames = Counter("worker_frames_encoded", "Frames encoded and sent", registry=r)
         self.frame_bytes = Counter("worker_frame_bytes", "Encoded bytes sent", registry=r)
+        self.frames_untimed = Counter(
+            "worker_frames_untimed",
+            "Frames sent without a timing record: the encoder handed back another frame",
+            registry=r,
+        )
         self.session_pauses = Counter(
             "worker_session_pauses",
             "Times a session stopped making frames: its peer sent no RTCP for 3 s, no viewer",

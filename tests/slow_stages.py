@@ -5,6 +5,7 @@ worker's factory (`LocalWorker.build_stages`)."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 import av
@@ -46,11 +47,14 @@ class SlowPictures:
 
 class SlowEncoder:
     """An `Encoder` whose every frame takes `delay_s` longer: the encode stage grows by that
-    much on every frame sent."""
+    much on every frame sent. With `lag_frames`, it hands back each packet that many frames
+    late, as an encoder with a lookahead does (None until it has held that many)."""
 
-    def __init__(self, inner: Encoder, delay_s: float) -> None:
+    def __init__(self, inner: Encoder, delay_s: float, lag_frames: int = 0) -> None:
         self.inner = inner
         self.delay_s = delay_s
+        self.lag_frames = lag_frames
+        self._held: deque[EncodedPacket | None] = deque()
         self.codec = inner.codec
         # never "replay": the pipeline produces a replayed clip's frames on the event loop,
         # which a sleeping stage would stall
@@ -71,14 +75,18 @@ class SlowEncoder:
     ) -> EncodedPacket | None:
         packet = self.inner.encode(frame, pts, keyframe)
         time.sleep(self.delay_s)
-        return packet
+        self._held.append(packet)
+        return self._held.popleft() if len(self._held) > self.lag_frames else None
 
     def close(self) -> None:
         self.inner.close()
 
 
-def slowed(build: BuildStages, render_s: float = 0.0, encode_s: float = 0.0) -> BuildStages:
-    """`build` (a `LocalWorker.build_stages`) with its stages slowed down: for
+def slowed(
+    build: BuildStages, render_s: float = 0.0, encode_s: float = 0.0, lag_frames: int = 0
+) -> BuildStages:
+    """`build` (a `LocalWorker.build_stages`) with its stages slowed down (or its encoder
+    lagging): for
     `monkeypatch.setattr(LocalWorker, "build_stages", slowed(LocalWorker.build_stages, ...))`."""
 
     def build_slow_stages(
@@ -89,6 +97,6 @@ def slowed(build: BuildStages, render_s: float = 0.0, encode_s: float = 0.0) -> 
         codec: str = "H264",
     ) -> tuple[PictureSource, Encoder]:
         pictures, encoder = build(worker, resolution, fps, scene, codec)
-        return SlowPictures(pictures, render_s), SlowEncoder(encoder, encode_s)
+        return SlowPictures(pictures, render_s), SlowEncoder(encoder, encode_s, lag_frames)
 
     return build_slow_stages

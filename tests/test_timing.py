@@ -7,12 +7,25 @@ import asyncio
 import json
 
 import pytest
+from aiohttp.test_utils import TestServer
 
 from render_server.protocol.timing import TimingRecord, parse_timing
+from render_server.stream.monitor import TIMING_INTERVAL_S
 from render_server.tools.signaling_client import SignalingClient
+from render_server.tools.viewer import Viewer
 from render_server.transport.timing import FrameRecord, FrameTimingLog
+from render_server.worker.local import LocalWorker
 
+from .slow_stages import slowed
 from .support import ServerFactory, ws_url
+from .test_overload import metrics_text, samples
+
+FRAMES, UNTIMED = "worker_frames_encoded_total", "worker_frames_untimed_total"
+
+
+async def metric(server: TestServer, name: str) -> float:
+    (value,) = samples(await metrics_text(server), name)
+    return value
 
 
 def record(pts: int, handed_ms: float = 0.0) -> FrameRecord:
@@ -158,3 +171,29 @@ def _data_channel_first(sdp: str) -> str:
     assert len(mids) == 2, mids
     lines[group] = "a=group:BUNDLE " + " ".join(reversed(mids))
     return "\r\n".join(lines)
+
+
+@pytest.mark.parametrize("lag_frames", [0, 1])
+async def test_an_encoder_that_hands_back_an_earlier_frame_gets_no_record(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch, lag_frames: int
+) -> None:
+    """A record pairs a frame's RTP timestamp with the render times and input of the frame the
+    encoder was just given. An encoder that lags (a lookahead) hands back an earlier frame: its
+    record would show a later frame's times, a latency too short by the lag. No record is sent
+    for such a frame; the frames still stream and /metrics counts them. Without the lag, every
+    frame has its record (the same test, the encoder unwrapped but for the wrapper)."""
+    monkeypatch.setattr(
+        LocalWorker, "build_stages", slowed(LocalWorker.build_stages, lag_frames=lag_frames)
+    )
+    server = await start_server()
+    async with Viewer(ws_url(server)) as viewer:
+        for _ in range(10):
+            await viewer.next_frame(timeout=20)
+        await asyncio.sleep(2 * TIMING_INTERVAL_S)
+        rows = [row for m in viewer.messages if m.get("type") == "timing" for row in m["frames"]]
+        frames, untimed = await metric(server, FRAMES), await metric(server, UNTIMED)
+    assert frames >= 10
+    if lag_frames:
+        assert rows == [] and untimed == frames, (len(rows), untimed, frames)
+    else:
+        assert len(rows) >= 10 and untimed == 0, (len(rows), untimed, frames)

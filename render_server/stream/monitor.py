@@ -20,7 +20,7 @@ from render_server.metrics import Metrics
 from render_server.render.camera import OrbitCamera
 from render_server.stream.governor import FrameRateGovernor, SecondOfFrames
 from render_server.stream.input_channel import InputChannel
-from render_server.stream.pipeline import FramePipeline
+from render_server.stream.pipeline import FramePipeline, FrameTiming
 from render_server.ticks import sleep_on_grid
 from render_server.transport.timing import FrameRecord, FrameTimingLog
 from render_server.transport.track import EncodedVideoTrack
@@ -56,6 +56,7 @@ class SessionMonitor:
         self.governor = FrameRateGovernor(fps)
         self.timing = FrameTimingLog()
         self.frames = 0
+        self.untimed = 0  # frames handed with no timing record: not the frame just rendered
         self.dropped_ticks = 0  # by the tracks of earlier peers
         self._current_track = current_track
         self._set_fps = set_fps
@@ -94,21 +95,11 @@ class SessionMonitor:
         """The pipeline's last frame went to aiortc at `handed_ms`, the first to show the
         input `shows_input` (sequence number, arrival ms)."""
         last = self.pipeline.last
-        seq, input_ms = shows_input
-        self.timing.handed(
-            FrameRecord(
-                pts=int(packet.pts or 0), seq=seq, input_ms=input_ms, start_ms=last.start_ms,
-                rendered_ms=last.rendered_ms, encoded_ms=last.encoded_ms, handed_ms=handed_ms,
-                bytes=packet.size, keyframe=last.keyframe,
-            )
-        )  # fmt: skip
         self._busy_s += (handed_ms - last.start_ms) / 1e3
-        stages = self._stages
-        stages["render"].observe((last.rendered_ms - last.start_ms) / 1e3)
-        stages["encode"].observe((last.encoded_ms - last.rendered_ms) / 1e3)
-        stages["handoff"].observe((handed_ms - last.encoded_ms) / 1e3)
-        if input_ms is not None:
-            stages["wait"].observe((last.start_ms - input_ms) / 1e3)
+        if packet.pts is not None and packet.pts != last.pts:
+            self._untimed(packet.pts, last.pts)
+        else:
+            self._timed(packet, last, handed_ms, shows_input)
         self.frames += 1
         self.metrics.frames.inc()
         self.metrics.frame_bytes.inc(packet.size)
@@ -117,6 +108,40 @@ class SessionMonitor:
             self._reported_bitrate = last.bitrate
         if last.keyframe:
             self.metrics.keyframes.labels("start" if self.frames == 1 else "request").inc()
+
+    def _timed(
+        self,
+        packet: EncodedPacket,
+        last: FrameTiming,
+        handed_ms: float,
+        shows_input: tuple[int, float | None],
+    ) -> None:
+        seq, input_ms = shows_input
+        self.timing.handed(
+            FrameRecord(
+                pts=int(packet.pts or 0), seq=seq, input_ms=input_ms, start_ms=last.start_ms,
+                rendered_ms=last.rendered_ms, encoded_ms=last.encoded_ms, handed_ms=handed_ms,
+                bytes=packet.size, keyframe=last.keyframe,
+            )
+        )  # fmt: skip
+        stages = self._stages
+        stages["render"].observe((last.rendered_ms - last.start_ms) / 1e3)
+        stages["encode"].observe((last.encoded_ms - last.rendered_ms) / 1e3)
+        stages["handoff"].observe((handed_ms - last.encoded_ms) / 1e3)
+        if input_ms is not None:
+            stages["wait"].observe((last.start_ms - input_ms) / 1e3)
+
+    def _untimed(self, pts: int, given_pts: int) -> None:
+        """An encoder that hands back an earlier frame's packet (a lookahead, a lag) would have
+        the page match that frame with this frame's render times and input: no record is sent,
+        and the page counts the frame as unmatched instead of showing a latency too short."""
+        self.untimed += 1
+        self.metrics.frames_untimed.inc()
+        if self.untimed == 1:
+            self.log.warning(
+                "session.frame_untimed",
+                extra={"pts": pts, "given_pts": given_pts, "reason": "not the frame given"},
+            )
 
     async def _send_timing(self) -> None:
         """The frames' timing records, batched: one small message every TIMING_INTERVAL_S."""

@@ -36,6 +36,7 @@ class FrameTiming:
     keyframe: bool = False
     reused: bool = False
     bitrate: int = 0
+    pts: int = 0  # the presentation time the frame was given to the encoder with
     # the worker's monotonic clock, ms: the frame's start, render (and convert) end, encode end
     start_ms: float = 0.0
     rendered_ms: float = 0.0
@@ -191,6 +192,7 @@ class FramePipeline:
             self.encoder.set_bitrate(target)  # the encoder caps it at its configured bitrate
         timing.bitrate = self.encoder.bitrate
         timing.keyframe = self.keyframes.take(time.monotonic()) or fresh_encoder
+        timing.pts = pts
         t0 = time.perf_counter()
         packet = self.encoder.encode(self._picture, pts, keyframe=timing.keyframe)
         timing.encode_ms = (time.perf_counter() - t0) * 1e3
