@@ -168,6 +168,9 @@ class Metrics:
         self.viewers_connected = Gauge(
             "worker_viewers", "Viewers of shared sessions connected now", registry=r
         )
+        self.viewers_removed = Counter(
+            "worker_viewers_removed", "Viewers their session's owner removed", registry=r
+        )
         self.viewer_joins = Counter(
             "worker_viewer_joins",
             "Viewers' offers, by outcome: answered, too_many_viewers, sharing_off, bad_offer, "

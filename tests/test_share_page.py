@@ -234,18 +234,22 @@ def test_presence_list_names_as_text_and_buttons_follow_who_steers(open_page: An
       const calls = [];
       const view = (presence, watching) => {
         renderPresence(box, presence, { watching, onHand: (id) => calls.push(['hand', id]),
-                                        onTake: () => calls.push(['take']) });
+                                        onTake: () => calls.push(['take']),
+                                        onRemove: (id) => calls.push(['remove', id]) });
         const hands = [...box.querySelectorAll('button.hand-control')];
+        const removes = [...box.querySelectorAll('button.remove-viewer')];
         const take = box.querySelector('#take-control');
         const seen = {
           status: box.querySelector('#presence-status').textContent,
           names: [...box.querySelectorAll('.peer-name')].map((e) => e.textContent),
           hand: hands.map((b) => b.dataset.peer),
+          remove: removes.map((b) => b.dataset.peer),
           take: !take.hidden,
           hidden: box.hidden,
           images: box.querySelectorAll('img').length,
         };
         hands.forEach((b) => b.click());
+        removes.forEach((b) => b.click());
         if (!take.hidden) take.click();
         return seen;
       };
@@ -263,16 +267,21 @@ def test_presence_list_names_as_text_and_buttons_follow_who_steers(open_page: An
     assert views["pwned"] is None
     assert owner == {
         "status": "You are steering · 1 watching", "names": ["alice", bob], "hand": [VIEWER],
-        "take": False, "hidden": False, "images": 0,
+        "remove": [VIEWER], "take": False, "hidden": False, "images": 0,
     }  # fmt: skip
     assert owner_bob_steers["status"] == f"{bob} is steering"
     assert (owner_bob_steers["hand"], owner_bob_steers["take"]) == ([], True)
+    assert owner_bob_steers["remove"] == [VIEWER]  # the owner removes a viewer who steers too
+    # a viewer, steering or not, removes nobody
+    assert bob_watches["remove"] == bob_steers["remove"] == alone["remove"] == []
     assert bob_watches["status"] == "Watching — alice is steering"
     assert (bob_watches["hand"], bob_watches["take"]) == ([], False)
     assert bob_steers["status"] == "You are steering"
     assert (bob_steers["hand"], bob_steers["take"]) == (["owner"], False)
     assert alone["hidden"] is True  # the owner alone: no list
-    assert views["calls"] == [["hand", VIEWER], ["take"], ["hand", "owner"]]
+    assert views["calls"] == [
+        ["hand", VIEWER], ["remove", VIEWER], ["remove", VIEWER], ["take"], ["hand", "owner"],
+    ]  # fmt: skip
 
 
 # -- the owner's page ---------------------------------------------------------------------------
@@ -356,6 +365,18 @@ def test_owner_sees_who_watches_and_hands_and_takes_control(open_page: Any) -> N
     take = p.channel_sent()[-1]
     assert (take["name"], take["args"]) == ("control.take", {})
 
+    # the owner removes Bob; a refusal is said on the status line, the stream goes on
+    page.click(f"#presence button.remove-viewer[data-peer='{VIEWER}']")
+    remove = p.channel_sent()[-1]
+    assert (remove["name"], remove["args"]) == ("control.remove", {"peer": VIEWER})
+    p.worker_says({"type": "error", "id": remove["id"], "code": "bad_command",
+                   "message": "no viewer watches"})  # fmt: skip
+    page.wait_for_function(
+        "document.getElementById('status').textContent.startsWith('Viewer not removed')",
+        timeout=5_000,
+    )
+    assert page.evaluate("window.renderStream.state") == "streaming"
+
 
 # -- viewer mode --------------------------------------------------------------------------------
 
@@ -416,6 +437,21 @@ def test_viewer_mode_watches_with_the_link_and_steers_only_when_handed(open_page
     )
     assert "error" in (page.get_attribute("#status", "class") or "")
     assert page.evaluate("window.renderStream.reason").startswith("too_many_viewers")
+
+
+def test_a_removed_viewer_is_told_so_and_does_not_watch_again(open_page: Any) -> None:
+    p = open_page(f"/?name=Bob#watch={TOKEN}")
+    page = p.page
+    p.wait_sent("session.watch")
+    p.say({"type": "session.watching", "sessionId": SESSION, "viewerId": VIEWER, "iceServers": []})
+    p.wait_sent("offer")
+    page.evaluate("window.renderStream._onStreaming()")
+    p.say({"type": "viewer.ended", "code": "removed", "message": "alice removed you from this "
+           "session", "retry": False})  # fmt: skip
+    p.state("error")
+    assert page.text_content("#status") == "The owner removed you from this session."
+    page.wait_for_timeout(1500)  # longer than the first reconnect's backoff
+    assert len(p.sent("session.watch")) == 1
 
 
 def test_a_viewer_watches_again_after_its_socket_or_its_peer_drops(open_page: Any) -> None:

@@ -2,7 +2,8 @@
 owner shares it (the link, and its QR code read back by zbar), two viewers watch it, their input
 is refused, the worker encodes each frame once for all three (its /metrics), control is handed to
 a viewer and taken back, a viewer whose whole browser freezes slows nobody else and is let go,
-and stopping sharing cuts the viewers off and withdraws the link.
+the owner removes one viewer while the other watches on, and stopping sharing cuts the viewers
+off and withdraws the link.
 """
 
 from __future__ import annotations
@@ -211,13 +212,28 @@ def test_two_viewers_watch_one_encode_and_a_frozen_viewer_slows_nobody(
             owner.evaluate("(id) => clearInterval(id)", moving)
             assert all(p.evaluate("document.body.dataset.state") == "streaming" for p in pages)
 
+        # -- the owner removes Carol: her stream ends for good, Bob's goes on
+        carol_id = carol.evaluate("window.renderStream.viewerId")
+        owner.click(f"button.remove-viewer[data-peer='{carol_id}']")
+        carol.wait_for_function("() => window.renderStream.state === 'error'")
+        assert carol.text_content("#status") == "The owner removed you from this session."
+        owner.wait_for_function("() => document.querySelectorAll('#presence-list li').length === 2")
+        assert metric(server_url, "worker_viewers") == 1
+        assert metric(server_url, "worker_viewers_removed_total") == 1
+        carol.wait_for_timeout(1500)  # past the first reconnect's backoff: she stays out
+        assert carol.evaluate("window.renderStream.state") == "error"
+        assert metric(server_url, "worker_viewers") == 1
+        before = frames(bob)
+        bob.wait_for_function("(n) => window.renderStream.stats().then(s => s.framesDecoded > n)",
+                              arg=before + 5, timeout=10_000)  # fmt: skip
+
         # -- the owner stops sharing: the viewers are cut off and the link opens nothing
         owner.click("#share-button")
         owner.click("#share-stop")
         owner.wait_for_function(
             "() => /Sharing stopped/.test(document.getElementById('share-panel').textContent)"
         )
-        for viewer in (bob, carol):
+        for viewer in (bob,):
             viewer.wait_for_function("() => window.renderStream.state === 'error'")
             assert "stopped sharing" in (viewer.text_content("#status") or "")
         late = browser.new_context().new_page()

@@ -27,6 +27,7 @@ from render_server.protocol.viewers import (
     MOVED,
     OWNER_PEER,
     PEER_LOST,
+    REMOVED,
     REVOKED,
     SESSION_ENDED,
     SHARING_OFF,
@@ -373,6 +374,50 @@ async def test_a_steering_viewer_that_leaves_gives_control_back(worker: Worker) 
     # the others stream on
     for page in (owner, carol):
         await page.streaming(5)
+
+
+async def test_the_owner_removes_one_viewer_and_the_others_stream_on(worker: Worker) -> None:
+    await worker.open("alice")
+    owner = await worker.owner()
+    bob = await worker.viewer(1, "Bob")
+    carol = await worker.viewer(2, "Carol")
+    await owner.presence(lambda p: len(p["peers"]) == 3)
+    owner.send({"type": "command", "id": 1, "name": "control.hand", "args": {"to": viewer_id(1)}})
+    await bob.presence(_steering(viewer_id(1)))
+
+    # what may not remove, or whom: each refused with its reason, nobody removed
+    remove = {"type": "command", "name": "control.remove"}
+    carol.send({**remove, "id": 2, "args": {"peer": viewer_id(1)}})
+    bob.send({**remove, "id": 3, "args": {"peer": viewer_id(2)}})  # steering is not owning
+    for args, id_ in (({}, 4), ({"peer": 7}, 5), ({"peer": viewer_id(1), "x": 1}, 6),
+                      ({"peer": viewer_id(9)}, 7), ({"peer": OWNER_PEER}, 8)):  # fmt: skip
+        owner.send({**remove, "id": id_, "args": args})
+    assert (await carol.message(lambda m: m.get("id") == 2))["code"] == "forbidden"
+    assert (await bob.message(lambda m: m.get("id") == 3))["code"] == "forbidden"
+    for id_ in range(4, 9):
+        assert (await owner.message(lambda m, i=id_: m.get("id") == i))["code"] == "bad_command"
+    assert worker.ended(1) is None and worker.ended(2) is None
+
+    # the owner removes Bob, who steered: Bob's stream ends for good, control comes home
+    owner.send({**remove, "id": 10, "args": {"peer": viewer_id(1)}})
+    removed = await owner.message(lambda m: m.get("id") == 10)
+    assert removed == {"type": "result", "id": 10, "name": "control.remove",
+                       "value": {"removed": viewer_id(1)}}  # fmt: skip
+    ended = cast(ViewerEnded, await worker.reply(lambda m: m == worker.ended(1)))
+    assert (ended.code, ended.message) == (REMOVED, "alice removed you from this session")
+    for page in (owner, carol):
+        presence = await page.presence(lambda p: len(p["peers"]) == 2)
+        assert presence["steering"] == OWNER_PEER
+        assert viewer_id(1) not in [peer["id"] for peer in presence["peers"]]
+    assert worker.metric("worker_viewers") == 1
+    assert worker.metric("worker_viewers_removed_total") == 1
+    await eventually_async(lambda: bob.pc.connectionState == "closed", 10, what="Bob let go")
+    for page in (owner, carol):
+        await page.streaming(5)
+    # removing Bob again: nobody by that id watches
+    owner.send({**remove, "id": 11, "args": {"peer": viewer_id(1)}})
+    assert (await owner.message(lambda m: m.get("id") == 11))["code"] == "bad_command"
+    assert worker.metric("worker_viewers_removed_total") == 1
 
 
 async def test_refused_viewers(scene: Scene) -> None:

@@ -399,6 +399,8 @@ export declare class RenderStream extends EventTarget {
   handControl(peerId: string): Promise<unknown>;
   /** The owner takes control back. */
   takeControl(): Promise<unknown>;
+  /** The owner removes a viewer (its `presence` id): its stream ends (`removed`); the link still opens until `stopSharing()`. */
+  removeViewer(peerId: string): Promise<unknown>;
   /** A scene command (getCamera, setCamera, resetCamera, listScene, setMaterial, setVisible, setTimeOfDay, loadScene). */
   command<T = unknown>(name: string, args?: Record<string, unknown>): Promise<T>;
   /** Uploads the designer's model and switches the session to it (docs/scenes.md). */

@@ -286,6 +286,12 @@ export class RenderStream extends EventTarget {
   /** The owner takes control back from whichever viewer steers. */
   takeControl() { return this.command('control.take'); }
 
+  /**
+   * The owner removes a viewer (its `presence` id): its stream ends (`removed`) and its page
+   * does not watch again by itself. The link still opens: `stopSharing()` keeps everyone out.
+   */
+  removeViewer(peerId) { return this.command('control.remove', { peer: peerId }); }
+
   /** Asks the worker for a keyframe (rate-limited on the worker). */
   requestKeyframe() { return this.sendInput({ type: 'keyframe' }); }
 

@@ -148,10 +148,11 @@ export function presenceSentence(presence, watching) {
 /**
  * Shows `presence` in `box`: the sentence (#presence-status), a list of who is connected
  * (#presence-list, an <li data-peer="id"> each) with a "Hand control" button on the others
- * (button.hand-control[data-peer]) for the owner and the steering page, and "Take control"
+ * (button.hand-control[data-peer]) for the owner and the steering page, a "Remove" button on
+ * each viewer (button.remove-viewer[data-peer]) for the owner, and "Take control"
  * (#take-control) for the owner while a viewer steers.
  */
-export function renderPresence(box, presence, { watching = false, onHand = () => {}, onTake = () => {} } = {}) {
+export function renderPresence(box, presence, { watching = false, onHand = () => {}, onTake = () => {}, onRemove = () => {} } = {}) {
   const { you, steering } = presence;
   const owner = you === 'owner';
   const mayHand = owner || steering === you;
@@ -169,6 +170,12 @@ export function renderPresence(box, presence, { watching = false, onHand = () =>
       hand.dataset.peer = peer.id;
       hand.addEventListener('click', () => onHand(peer.id));
       item.append(hand);
+    }
+    if (owner && peer.role === 'viewer') {
+      const remove = element('button', { type: 'button', className: 'remove-viewer', textContent: 'Remove' });
+      remove.dataset.peer = peer.id;
+      remove.addEventListener('click', () => onRemove(peer.id));
+      item.append(remove);
     }
     list.append(item);
   }
@@ -190,6 +197,7 @@ const WATCH_SENTENCES = {
   unknown_session: 'The shared session has ended.',
   session_ended: 'The shared session has ended.',
   revoked: 'The owner stopped sharing this session.',
+  removed: 'The owner removed you from this session.',
   too_many_viewers: 'Too many people are watching this session: try again later.',
   sharing_off: 'Sharing is turned off for this session.',
   not_streaming: 'The shared session is not streaming right now: try again later.',
@@ -228,6 +236,7 @@ export function setupSharing(stream, { watching = null } = {}) {
     watching: Boolean(watching),
     onHand: (peer) => stream.handControl(peer).catch(failed('Control not handed')),
     onTake: () => stream.takeControl().catch(failed('Control not taken')),
+    onRemove: (peer) => stream.removeViewer(peer).catch(failed('Viewer not removed')),
   });
   stream.addEventListener('presence', show);
   stream.addEventListener('state', ({ detail }) => {

@@ -38,6 +38,7 @@ SHARING_OFF: Final = "sharing_off"
 PEER_LOST: Final = "peer_lost"  # its connection failed, went silent, or never connected
 LEFT: Final = "left"  # the page left (`session.end`, its socket closed)
 REVOKED: Final = "revoked"  # the owner stopped sharing
+REMOVED: Final = "removed"  # the owner removed this viewer (`control.remove`)
 RETRYABLE_ENDINGS: Final = frozenset({MOVED, PEER_LOST, "worker_lost", "not_streaming"})
 
 

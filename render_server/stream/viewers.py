@@ -8,8 +8,9 @@ never reaches the shared encoder's bitrate (the stream's rate is the owner's con
 control's); its keyframe requests do, rate-limited per viewer.
 
 Who steers: the owner at first; `control.hand` (the steering peer, or the owner at any time)
-and `control.take` (the owner) move it. Every page hears `presence` when its channel opens and
-whenever a viewer joins or leaves, or control changes hands.
+and `control.take` (the owner) move it; `control.remove` (the owner) lets one viewer go
+(`removed`). Every page hears `presence` when its channel opens and whenever a viewer joins or
+leaves, or control changes hands.
 
 A viewer is let go (`viewer.ended`, `peer_lost`) when it does not connect within the stream's
 connect timeout, its connection fails or closes, or it sends no RTCP for `silence_s`; when the
@@ -36,6 +37,7 @@ from render_server.protocol.viewers import (
     MOVED,
     OWNER_PEER,
     PEER_LOST,
+    REMOVED,
     SESSION_ENDED,
     SHARING_OFF,
     TOO_MANY_VIEWERS,
@@ -55,7 +57,7 @@ from render_server.transport.video_sender import add_video_sender, offered_codec
 
 DEFAULT_OWNER_NAME: Final = "host"  # an anonymous owner's name in `presence`
 BAD_OFFER: Final = "bad_offer"
-CONTROL_COMMANDS: Final = ("control.hand", "control.take")
+CONTROL_COMMANDS: Final = ("control.hand", "control.take", "control.remove")
 
 Notify = Callable[[ViewerEnded], Awaitable[None]]
 
@@ -112,6 +114,7 @@ class Viewers:
         self.guard = HandlerGuard(self.log)
         self._closed = False
         self._watch: asyncio.Task[None] | None = None
+        self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self._frames = {True: metrics.viewer_frames.labels("sent"),
                         False: metrics.viewer_frames.labels("dropped")}  # fmt: skip
         owner.on_open = lambda: owner.send(self.presence(OWNER_PEER))
@@ -215,11 +218,13 @@ class Viewers:
     async def end(self, viewer_id: str, code: str, message: str) -> None:
         """Let the viewer go and tell it why (`viewer.ended`)."""
         peer = self.peers.pop(viewer_id, None)
-        if peer is None:
-            return
-        self.log.info("viewer.ended", extra={"viewer": viewer_id, "code": code})
+        if peer is not None:
+            await self._ended(peer, code, message)
+
+    async def _ended(self, peer: ViewerPeer, code: str, message: str) -> None:
+        self.log.info("viewer.ended", extra={"viewer": peer.id, "code": code})
         await self._let_go(peer)
-        await self._notify(ViewerEnded(self.session_id, viewer_id, code, message))
+        await self._notify(ViewerEnded(self.session_id, peer.id, code, message))
 
     async def settle_codec(self, codec: str) -> None:
         """The owner's new peer takes another codec: the viewers sent the old one watch again
@@ -347,6 +352,8 @@ class Viewers:
                 raise CommandError("forbidden", "only the owner takes control", command.id)
             self._set_steering(OWNER_PEER)
             return {"steering": OWNER_PEER}
+        if command.name == "control.remove":
+            return self._remove(owner, command)
         to = args.get("to")
         if set(args) != {"to"} or not isinstance(to, str):
             raise CommandError("bad_command", "`control.hand` takes `to`: a peer id", command.id)
@@ -360,6 +367,28 @@ class Viewers:
             raise CommandError("bad_command", f"no peer {to[:40]!r} watches", command.id)
         self._set_steering(to)
         return {"steering": to}
+
+    def _remove(self, owner: bool, command: SceneCommand) -> dict[str, Any]:
+        """`control.remove {peer}` (the owner): that viewer's stream ends (`removed`, final:
+        its page does not watch again by itself); steering it held goes back to the owner."""
+        peer_id = command.args.get("peer")
+        if set(command.args) != {"peer"} or not isinstance(peer_id, str):
+            raise CommandError(
+                "bad_command", "`control.remove` takes `peer`: a viewer's id", command.id
+            )
+        if not owner:
+            raise CommandError("forbidden", "only the owner removes a viewer", command.id)
+        peer = self.peers.pop(peer_id, None)
+        if peer is None:
+            raise CommandError("bad_command", f"no viewer {peer_id[:40]!r} watches", command.id)
+        self.metrics.viewers_removed.inc()
+        # closing its connection may take a while: the owner is answered now
+        removal = asyncio.get_running_loop().create_task(
+            self._ended(peer, REMOVED, f"{self.owner_name} removed you from this session")
+        )
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
+        return {"removed": peer_id}
 
     def _set_steering(self, peer_id: str) -> None:
         if peer_id == self.steering:
