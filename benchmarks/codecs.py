@@ -39,7 +39,7 @@ from latency import (
 )
 
 from render_server.encode.codecs import parse_codecs
-from render_server.tools.measure.browser import measure_in_chromium
+from render_server.tools.measure.browser import CODEC_STAGES_JS, measure_in_chromium
 
 BASELINE = "H264"
 
@@ -47,11 +47,7 @@ BASELINE = "H264"
 # benchmarks/latency.py's summary, plus the codec's own stages per frame of the window
 CODEC_SUMMARY_JS = f"""() => {{
   const summary = ({SUMMARY_JS})();
-  const own = ['encode', 'send', 'network', 'decode'];
-  const sums = window.renderStream.latencyMeter.frames
-    .filter((f) => own.every((k) => Number.isFinite(f.stages[k])))
-    .map((f) => own.reduce((total, k) => total + f.stages[k], 0))
-    .sort((a, b) => a - b);
+  const sums = ({CODEC_STAGES_JS})(window.renderStream.latencyMeter.frames).sort((a, b) => a - b);
   summary.ownStagesP50 = sums.length ? sums[Math.floor((sums.length - 1) / 2)] : null;
   return summary;
 }}"""

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from render_server.tools.measure.browser import measure_in_chromium
+from render_server.tools.measure.browser import CODEC_STAGES_JS, measure_in_chromium
 
 from .browser import CHROMIUM_ARGS, chromium_path, serve_process
 
@@ -27,14 +27,12 @@ FRAME_MS = 1000.0 / FPS
 # jitter buffer's for a render time: they trade places by the drag's phase (one H.264 window
 # here: 5.6 + 12.2 ms; another: 14.6 + 7.0), and input-to-photon as a whole falls in one of two
 # modes ~15 ms apart in a short window (13.6 against 28 ms, two H.264 windows on one server).
-SUMMARY_JS = """(() => {
+SUMMARY_JS = f"""(() => {{
   const summary = window.renderStream.latency();
-  const path = ['encode', 'send', 'network', 'decode'];
-  summary.codecPath = window.renderStream.latencyMeter.frames
-    .filter((f) => f.inputToPhoton !== null && path.every((k) => f.stages[k] !== undefined))
-    .map((f) => path.reduce((total, k) => total + f.stages[k], 0));
+  const frames = window.renderStream.latencyMeter.frames.filter((f) => f.inputToPhoton !== null);
+  summary.codecPath = ({CODEC_STAGES_JS})(frames);
   return summary;
-})()"""
+}})()"""
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import asyncio
 import json
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 from render_server.protocol.timing import TimingRecord, parse_timing
 from render_server.stream.monitor import TIMING_INTERVAL_S
@@ -18,14 +17,9 @@ from render_server.worker.local import LocalWorker
 
 from .slow_stages import slowed
 from .support import ServerFactory, ws_url
-from .test_overload import metrics_text, samples
+from .test_stream import metric
 
 FRAMES, UNTIMED = "worker_frames_encoded_total", "worker_frames_untimed_total"
-
-
-async def metric(server: TestServer, name: str) -> float:
-    (value,) = samples(await metrics_text(server), name)
-    return value
 
 
 def record(pts: int, handed_ms: float = 0.0) -> FrameRecord:

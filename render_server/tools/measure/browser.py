@@ -37,6 +37,12 @@ STREAMING_TIMEOUT_MS = 30_000
 # with 0.7 s the meter counted one run in three's moves as `moving`, not measured)
 FIRST_MOVE_STILL_MS = 1500
 FIRST_MOVE_HOLD_MS = 300  # the short drag after it, then the button is released
+# A JS function of the page's latency meter frames: each one's stages that its codec lengthens
+# (encoding, pacing its packets, carrying them, decoding), summed. Steadier between windows than
+# input-to-photon, whose tick wait and jitter-buffer wait trade places with the drag's phase.
+CODEC_STAGES_JS = """(frames) => frames
+  .filter((f) => ['encode', 'send', 'network', 'decode'].every((k) => Number.isFinite(f.stages[k])))
+  .map((f) => f.stages.encode + f.stages.send + f.stages.network + f.stages.decode)"""
 
 
 def find_chromium() -> str:
