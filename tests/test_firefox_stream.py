@@ -307,8 +307,9 @@ def shared_link(owner: Any, server_url: str, codec: str) -> str:
 
 def test_a_reviewer_in_firefox_watches_a_shared_session(browser: Firefox, server_url: str) -> None:
     """A designer in Chromium shares a VP8 session; a reviewer opens the link in Firefox: the
-    same stream plays, the page says who steers, and the reviewer's input is refused. The link
-    to an H.264 session tells Firefox (which has no H.264 here) why it cannot play."""
+    same stream plays, the page says who steers, the reviewer's input is refused, and the
+    designer's Remove ends the reviewer's stream for good. The link to an H.264 session tells
+    Firefox (which has no H.264 here) why it cannot play."""
     with chromium_page() as owner:
         open_stream(browser, shared_link(owner, server_url, "VP8"))
         assert_plays(browser, "VP8")
@@ -324,12 +325,26 @@ def test_a_reviewer_in_firefox_watches_a_shared_session(browser: Firefox, server
             timeout_s=10,
         )
         assert refused["code"] == "forbidden" and "host" in refused["message"], refused
+        # the designer removes the reviewer: Firefox's page says so and stays out
+        reviewer = browser.evaluate("window.renderStream.viewerId")
+        owner.click(f"button.remove-viewer[data-peer='{reviewer}']")
+        eventually(lambda: stream_state(browser) == "error", 10, what="the removal")
+        said = browser.evaluate("document.getElementById('status').textContent")
+        assert said == "The owner removed you from this session.", said
+        browser.wait(1500)  # past the first reconnect's backoff
+        assert stream_state(browser) == "error"
         end_streams(browser)
     # another link to "/" changes only the fragment: the page starts again with it
     with chromium_page() as owner:
         browser.navigate(shared_link(owner, server_url, "H264"))
+
+        def refused() -> bool:
+            # the page reloads on the new fragment: until then, the removed stream is still there
+            reason = browser.execute(f"{FIND_STREAM} return stream && stream.reason;") or ""
+            return stream_state(browser) == "error" and not reason.startswith("removed")
+
         eventually(
-            lambda: stream_state(browser) == "error", 20,
+            refused, 20,
             what=lambda: f"the refusal; state {stream_state(browser)!r}: "
             + str(browser.execute(f"{FIND_STREAM} return [stream.reason, stream.session];")),
         )  # fmt: skip
